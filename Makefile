@@ -1,0 +1,110 @@
+# kvtier: a plain Makefile. `make help` lists the targets.
+
+BUILD	?= build
+CC	?= cc
+OPT	?= -O2
+SAN	?=
+PKGS	 = liburing numa inih libxxhash
+# Debian packages behind $(PKGS) and the tools the tests and benchmarks use.
+DEB_PKGS = build-essential pkg-config liburing-dev libnuma-dev libinih-dev \
+	   libxxhash-dev fio
+
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS	?= $(OPT) -g
+CFLAGS	+= -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC \
+	   -fvisibility=hidden -pthread -Iinclude -I. $(PKG_CFLAGS)
+ifneq ($(SAN),)
+CFLAGS	+= -fsanitize=$(SAN) -fno-omit-frame-pointer -DKVT_DEBUG=1
+LDFLAGS	+= -fsanitize=$(SAN)
+endif
+LDLIBS	+= $(PKG_LIBS) -lm -pthread
+
+LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c)
+LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c))
+TEST_SRC = $(wildcard tests/t_*.c)
+TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_COMMON = $(BUILD)/tests/common.o
+
+.PHONY: all lib tools tests test run bench asan tsan deps deps-check clean help
+
+# all: the library (static and shared) and the tools
+all: lib tools
+
+lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so
+
+tools: $(TOOLS)
+
+tests: $(TESTS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libkvt.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/libkvt.so: $(LIB_OBJ) libkvt.map
+	$(CC) -shared -Wl,--version-script=libkvt.map -Wl,-soname,libkvt.so.0 \
+		$(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
+
+BENCH_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/bench_*.c))
+
+$(BUILD)/kvt-bench: $(BUILD)/tools/kvt-bench.o $(BENCH_OBJ) $(BUILD)/libkvt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kvt-%: $(BUILD)/tools/kvt-%.o $(BUILD)/libkvt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/t_%: $(BUILD)/tests/t_%.o $(TEST_COMMON) $(BUILD)/libkvt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# deps: install the Debian packages that are missing (root only)
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' \
+			|| missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "deps: all installed"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "deps: missing:$$missing; run 'make deps' as root" >&2; exit 1; fi; \
+	echo "deps: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing
+
+deps-check:
+	@pkg-config --exists $(PKGS) 2>/dev/null && command -v fio >/dev/null \
+		|| $(MAKE) --no-print-directory deps
+
+# test: build everything and run the suite (closing line: N passed, N failed, N skipped)
+test: deps-check
+	@$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+# run: the main job on embedded defaults (a pager demonstration for now)
+run: deps-check
+	@$(MAKE) --no-print-directory tools
+	@$(BUILD)/kvt-demo
+
+# bench: every kvt-bench measurement, human tables
+bench: deps-check
+	@$(MAKE) --no-print-directory tools
+	$(BUILD)/kvt-bench all
+
+# asan: the suite under AddressSanitizer and UBSan
+asan: deps-check
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=address,undefined OPT=-O1 test
+
+# tsan: the suite under ThreadSanitizer
+tsan: deps-check
+	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 test
+
+clean:
+	rm -rf build
+
+help:
+	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
+
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d)

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvtier configuration: one plain struct with defaults, filled from an INI
+ * file or key=value pairs. Every key is documented in docs/config.md.
+ *
+ * All functions return 0 or -errno. On failure they write one line naming
+ * the file, line, key and the accepted range into err (when err != NULL)
+ * and leave *cfg unchanged.
+ */
+#ifndef KVT_CONFIG_H
+#define KVT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kvt_tier_id {
+	KVT_TIER_FAST = 0,	/* device memory (or the cpu device's arena) */
+	KVT_TIER_HOST = 1,	/* pinned host RAM */
+	KVT_TIER_NVME = 2,	/* O_DIRECT file or block device */
+	KVT_NTIERS = 3,
+};
+
+enum kvt_tristate {
+	KVT_OFF = 0,
+	KVT_AUTO = 1,		/* use it where the system allows, report if not */
+	KVT_ON = 2,		/* required: opening fails without it */
+};
+
+enum kvt_hugepages {
+	KVT_HUGE_OFF = 0,
+	KVT_HUGE_AUTO = 1,	/* MAP_HUGETLB, else THP via madvise, else 4 KiB */
+	KVT_HUGE_HUGETLB = 2,	/* MAP_HUGETLB or fail */
+	KVT_HUGE_THP = 3,	/* madvise(MADV_HUGEPAGE) only */
+};
+
+#define KVT_NUMA_ANY		(-1)	/* leave placement to the kernel */
+#define KVT_NUMA_INTERLEAVE	(-2)	/* interleave over all nodes */
+
+#define KVT_POLICY_MAX	64
+#define KVT_PATH_MAX	4096
+
+/* Log levels passed to the log callback. */
+enum kvt_log_level { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
+
+/* Library code never prints: messages go through this callback (NULL: dropped). */
+typedef void (*kvt_log_fn)(void *arg, int level, const char *msg);
+
+struct kvt_tier_config {
+	uint64_t bytes;			/* capacity; rounded down to whole frames */
+	char	 policy[KVT_POLICY_MAX];/* "name" or "name:key=value,..." */
+	/* Watermarks in per cent of the tier's frames kept free (kswapd):
+	 * below low the migration thread demotes in the background until
+	 * high is free; an allocation that would go below min waits for
+	 * (synchronous) reclaim. 0 <= min <= low <= high <= 50. */
+	unsigned wm_min, wm_low, wm_high;
+};
+
+struct kvt_config {
+	/* Geometry of one page: K and V of page_tokens tokens of one layer.
+	 * page bytes = page_tokens * n_kv_heads * head_dim * 2 * dtype_bytes */
+	unsigned n_layers;
+	unsigned n_kv_heads;
+	unsigned head_dim;
+	unsigned page_tokens;
+	unsigned dtype_bytes;		/* 2 (f16/bf16) or 4 (f32) */
+
+	struct kvt_tier_config tier[KVT_NTIERS];
+
+	/* NVMe tier */
+	char	 nvme_path[KVT_PATH_MAX];	/* file to create, block device, or
+						 * directory (a temp file is made in it
+						 * and unlinked); "" = $TMPDIR or /tmp */
+	int	 nvme_direct;		/* enum kvt_tristate: O_DIRECT */
+	unsigned io_depth;		/* io_uring queue depth, 1..4096 */
+	uint64_t max_io_bytes;		/* largest coalesced request */
+
+	/* Host tier */
+	int	 host_numa_node;	/* node, KVT_NUMA_ANY or KVT_NUMA_INTERLEAVE */
+	int	 host_hugepages;	/* enum kvt_hugepages */
+	int	 host_mlock;		/* enum kvt_tristate */
+	unsigned host_prefault_threads;	/* 0 = one per online cpu, max 64 */
+
+	/* Access */
+	int	 host_in_place;		/* acquire may hand back host-tier pages */
+	unsigned prefetch_depth;	/* layers queued ahead of an acquire */
+
+	/* Device (used by tools that open the device from a config) */
+	char	 device[32];		/* "cpu", "cuda" or "auto" */
+	double	 copy_gbps;		/* cpu device: copy bandwidth cap, 0 = none */
+
+	kvt_log_fn log;
+	void	  *log_arg;
+};
+
+/* Fill *cfg with the documented defaults. */
+void kvt_config_default(struct kvt_config *cfg);
+
+/* Set one key ("section.key" as in the INI file, e.g. "tier.fast.bytes",
+ * "io.depth") from its text value. Sizes take K/M/G/T suffixes (binary). */
+int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value,
+		   char *err, size_t errlen);
+
+/* Load an INI file over *cfg (unset keys keep their values). All or
+ * nothing: on any error *cfg is unchanged. */
+int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Cross-field checks (watermark order, geometry, sizes). */
+int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t errlen);
+
+/* Bytes of one page for this geometry. */
+uint64_t kvt_config_page_bytes(const struct kvt_config *cfg);
+
+/* Write the effective configuration as an INI file into buf. Returns the
+ * length written (excluding NUL) or -ENOSPC when buf is too small. */
+int kvt_config_print(const struct kvt_config *cfg, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvt: a pager for LLM KV-cache pages across fast (device), host and
+ * NVMe tiers. What an inference runtime sees.
+ *
+ * Conventions: every function returns 0 (or a count) on success and
+ * -errno on failure; none prints, none exits. Handles are opaque.
+ * A sequence handle carries a generation: a closed sequence's handle is
+ * refused with -ESTALE, another pager's (or a made-up) one with -EINVAL.
+ *
+ * Threads: any function may be called from any thread. One sequence must
+ * not be appended to by two threads at once; acquiring its pages from
+ * several threads is fine.
+ */
+#ifndef KVT_PAGER_H
+#define KVT_PAGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <kvt/config.h>
+#include <kvt/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kvt_pager;
+struct kvt_batch;
+typedef uint64_t kvt_seq_t;		/* (pager tag, generation, slot) */
+
+/* One page, ready to read. */
+struct kvt_view {
+	const void *k, *v;	/* (page_tokens, n_kv_heads, head_dim) each */
+	uint64_t id;		/* page id (generation, slot): for traces */
+	uint32_t page;		/* index in the sequence's layer table */
+	uint32_t ntok;		/* valid tokens (the tail page may be short) */
+	uint8_t  tier;		/* enum kvt_tier_id it is read from: fast or host */
+};
+
+/* Open a pager over a device (which must outlive it). Copies *cfg. */
+int  kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
+		    struct kvt_pager **out);
+/* Closes every sequence, stops the migration thread, frees the tiers and
+ * removes an NVMe file the pager created. */
+void kvt_pager_close(struct kvt_pager *p);
+
+/* Bytes of one page. */
+size_t kvt_pager_page_bytes(const struct kvt_pager *p);
+
+/* Advance the decode step. A page's accesses count once per step for the
+ * policies, however many times it is acquired in that step. Returns the
+ * new step number. */
+uint64_t kvt_pager_step(struct kvt_pager *p);
+
+/* Sequences */
+int  kvt_seq_open(struct kvt_pager *p, kvt_seq_t *out);
+/* Append ntok tokens of one layer: k and v are (ntok, n_kv_heads, head_dim)
+ * in the page dtype. The tail page stays pinned in the fast tier and is
+ * sealed when full. -EBUSY if the sequence is parked. */
+int  kvt_seq_append(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
+		    const void *k, const void *v, unsigned ntok);
+/* Tokens stored in a layer, pages in a layer. */
+int  kvt_seq_tokens(struct kvt_pager *p, kvt_seq_t s, unsigned layer);
+int  kvt_seq_pages(struct kvt_pager *p, kvt_seq_t s, unsigned layer);
+/* A new sequence sharing the first ntok tokens of every layer of s: whole
+ * pages are shared (refcounted, never copied); a partial page at the
+ * boundary is copied into the child's tail. */
+int  kvt_seq_fork(struct kvt_pager *p, kvt_seq_t s, unsigned ntok, kvt_seq_t *out);
+/* Demote every page of the sequence as far down as the tiers allow and
+ * unpin its tails; returns when done. Appends fail with -EBUSY until
+ * resume. */
+int  kvt_seq_park(struct kvt_pager *p, kvt_seq_t s);
+/* Bring the tails back (synchronously) and queue every page for prefetch. */
+int  kvt_seq_resume(struct kvt_pager *p, kvt_seq_t s);
+/* Free the sequence (pages shared with a fork live on). -EBUSY while one
+ * of its batches is not released. */
+int  kvt_seq_close(struct kvt_pager *p, kvt_seq_t s);
+
+/* Acquire pages of one layer as a batch. pages == NULL means every page of
+ * the layer. Resident pages are pinned at once, the rest are queued for
+ * promotion (demand beats prefetch). Also queues layers layer+1 ..
+ * layer+prefetch_depth of the same pages for prefetch. */
+int  kvt_acquire(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
+		 const uint32_t *pages, unsigned n, struct kvt_batch **out);
+/* Next page in readiness order: resident pages first, the rest as their
+ * transfers complete. Returns 1 with *view filled, 0 when the batch is
+ * exhausted, -EIO for a lost page (view->page names it; keep calling for
+ * the rest), -ENOSPC when no frame could be had for it. The view stays
+ * valid (pinned) until the next call on this batch or the release. */
+int  kvt_batch_next(struct kvt_batch *b, struct kvt_view *view);
+void kvt_batch_release(struct kvt_batch *b);
+
+/* Queue pages for promotion without waiting (pages == NULL: all). */
+int  kvt_prefetch(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
+		  const uint32_t *pages, unsigned n);
+
+/* Demote everything out of a tier (fast or host) and wait. */
+int  kvt_pager_drain(struct kvt_pager *p, int tier);
+
+/* Statistics */
+#define KVT_LAT_BUCKETS 24		/* log2 microsecond buckets: <1us .. >=2^22us */
+
+struct kvt_tier_stats {
+	uint64_t capacity;		/* frames */
+	uint64_t used;			/* frames holding a page */
+	uint64_t frame_bytes;		/* bytes per frame */
+	uint64_t hits, misses;		/* acquires that found / did not find the page here */
+	uint64_t promotions;		/* pages copied into this tier from below */
+	uint64_t demotions;		/* pages that left this tier downward */
+	uint64_t drops;			/* demotions that needed no write (clean copy below) */
+	uint64_t bytes_in, bytes_out;	/* bytes written into / read out of this tier */
+	uint64_t io_count;		/* completed transfers into or out of this tier */
+	uint64_t io_ns_total, io_ns_max;/* their latency */
+	uint64_t lat_hist[KVT_LAT_BUCKETS];
+};
+
+struct kvt_stats {
+	uint64_t step;
+	uint64_t seqs, pages;		/* open sequences, live pages */
+	uint64_t acquires;		/* pages handed out by kvt_batch_next */
+	uint64_t host_in_place;		/* of them, read in place from the host tier */
+	uint64_t prefetch_issued, prefetch_hit, prefetch_late, prefetch_wasted,
+		 prefetch_dropped;
+	uint64_t lost_pages;		/* pages marked lost (never served) */
+	uint64_t csum_failures, io_errors, short_ios, enospc;
+	uint64_t stall_ns;		/* time kvt_batch_next spent waiting */
+	int	 nvme_paused;		/* demotion to NVMe paused after ENOSPC */
+	int	 nvme_direct;		/* 1 O_DIRECT, 0 buffered */
+	int	 nvme_registered_files, nvme_registered_buffers;
+	int	 host_hugepages;	/* enum kvt_hugepages actually obtained */
+	int	 host_mlocked;
+	int	 host_numa_node;	/* node obtained, or KVT_NUMA_ANY/INTERLEAVE */
+	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
+	char	 host_notes[256];	/* what the host tier could not get, and why */
+	char	 nvme_notes[256];	/* fallbacks taken by the NVMe tier, and why */
+	struct kvt_tier_stats tier[KVT_NTIERS];
+};
+
+int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st);
+/* One JSON object. Returns its length, or -ENOSPC if buf is too small. */
+int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len);
+
+const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

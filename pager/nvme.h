@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The NVMe tier's I/O path: a file or block device opened O_DIRECT, driven
+ * through io_uring with registered files and (where RLIMIT_MEMLOCK allows)
+ * registered buffers over the host tier. Adjacent requests are coalesced
+ * up to max_io bytes; at most depth requests are in flight.
+ *
+ * Owned by one thread at a time (the pager's migration thread): no locks.
+ */
+#ifndef KVT_PAGER_NVME_H
+#define KVT_PAGER_NVME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <kvt/config.h>
+
+struct kvt_nvme;
+
+enum kvt_io_op { KVT_IO_READ = 0, KVT_IO_WRITE = 1 };
+
+/* One page-sized request. The caller fills op, off, buf, len, user; the
+ * I/O path sets res (0 or -errno) and lat_ns. off, buf and len must be
+ * multiples of 4096 for O_DIRECT. */
+struct kvt_io {
+	uint64_t off;
+	void	*buf;
+	uint32_t len;
+	uint8_t	 op;
+	int	 res;
+	uint64_t lat_ns;	/* submit to completion of the request carrying it */
+	void	*user;
+};
+
+struct kvt_nvme_opts {
+	const char *path;	/* file to create, block device, or directory */
+	uint64_t bytes;		/* size to preallocate (files) or use (devices) */
+	int	 direct;	/* enum kvt_tristate */
+	unsigned depth;		/* queue depth */
+	uint64_t max_io;	/* largest coalesced request in bytes */
+	kvt_log_fn log;
+	void	*log_arg;
+};
+
+/* Fault injection, for tests: every Nth request of a kind fails that way
+ * (0 = never). Counters start at the call. */
+struct kvt_fault {
+	unsigned eio_every;	/* reads and writes complete with -EIO */
+	unsigned short_every;	/* a read completes short (the path retries) */
+	unsigned enospc_every;	/* writes complete with -ENOSPC */
+	unsigned flip_every;	/* a read completes with one bit flipped */
+	unsigned slow_us;	/* every completion is delayed this long */
+};
+
+struct kvt_nvme_info {
+	int	 direct;		/* 1 O_DIRECT, 0 buffered */
+	int	 registered_files;
+	int	 registered_buffers;
+	int	 created;		/* the file was created by open (and is removed by close) */
+	uint64_t bytes;
+	char	 path[KVT_PATH_MAX];
+	char	 notes[256];		/* fallbacks taken and why */
+	uint64_t short_ios;		/* short completions retried */
+};
+
+/* Open (creating a file O_EXCL, mode 0600, preallocated with fallocate, or
+ * a temp file in a directory, unlinked at once) and set up the ring.
+ * Without O_DIRECT support: buffered I/O with a warning through log, or
+ * -EINVAL when opts->direct is KVT_ON. */
+int  kvt_nvme_open(const struct kvt_nvme_opts *opts, struct kvt_nvme **out);
+void kvt_nvme_close(struct kvt_nvme *n);
+
+/* Register [base, base+bytes) as fixed buffers (chunks of at most 1 GiB).
+ * Returns 0, or -errno with the reason in info.notes; I/O then uses plain
+ * buffers. */
+int  kvt_nvme_register_buffers(struct kvt_nvme *n, void *base, size_t bytes);
+
+/* Run n requests with at most depth in flight, coalescing neighbours
+ * (adjacent offsets of the same op; one fixed-buffer op when the buffers
+ * are adjacent too, a vectored op otherwise). done (may be NULL) is called
+ * once per request as it completes, in completion order, from the calling
+ * thread. Returns 0 when every request ran (each has its own res), or
+ * -errno when the ring itself failed. Short transfers are retried for the
+ * rest. Reads and writes may be mixed; requests are not reordered across
+ * an overlapping pair. */
+int  kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
+		  void (*done)(void *arg, struct kvt_io *io), void *arg);
+
+void kvt_nvme_info(const struct kvt_nvme *n, struct kvt_nvme_info *info);
+void kvt_nvme_set_fault(struct kvt_nvme *n, const struct kvt_fault *f);
+int  kvt_nvme_fd(const struct kvt_nvme *n);
+
+#endif

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* Test helpers: exit 0 pass, 1 fail, 77 skip (liburing's convention). */
+#ifndef KVT_TESTS_COMMON_H
+#define KVT_TESTS_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <kvt/pager.h>
+
+#define T_SKIP 77
+
+#define CHECK(cond) do { if (!(cond)) { \
+	fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+	exit(1); } } while (0)
+#define CHECK_EQ(a, b) do { long long _a = (long long)(a), _b = (long long)(b); \
+	if (_a != _b) { fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
+		__FILE__, __LINE__, #a, _a, #b, _b); exit(1); } } while (0)
+#define SKIP(...) do { fprintf(stderr, "skip: " __VA_ARGS__); fputc('\n', stderr); \
+	exit(T_SKIP); } while (0)
+
+/* A small geometry for tests: 2 KV heads x 64 dims x 4 tokens, f32:
+ * page = 4 * 2 * 64 * 2 * 4 = 4 KiB. Tier sizes in pages. */
+void t_config(struct kvt_config *cfg, unsigned layers, unsigned fast_pages,
+	      unsigned host_pages, unsigned nvme_pages);
+/* Open a cpu device and a pager; exits 1 on failure, 77 when the NVMe tier
+ * cannot be opened here. */
+struct kvt_pager *t_open(const struct kvt_config *cfg, struct kvt_device **dev);
+void t_close(struct kvt_pager *p, struct kvt_device *dev);
+
+/* Deterministic token contents: the value of element i of K (kv = 0) or
+ * V (kv = 1) of token tok of (seed, layer). Floats whose bits encode all
+ * of it, so any misplaced byte is caught. */
+void t_fill_tokens(const struct kvt_config *cfg, uint32_t seed, unsigned layer,
+		   unsigned tok0, unsigned ntok, float *k, float *v);
+/* Append ntok tokens of every layer with t_fill_tokens contents. */
+void t_append(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
+	      uint32_t seed, unsigned tok0, unsigned ntok);
+/* Check that a view holds the tokens [page*page_tokens, +ntok) of
+ * (seed, layer). Returns 0 if equal, else prints the first difference and
+ * returns -1. */
+int t_check_view(const struct kvt_config *cfg, uint32_t seed, unsigned layer,
+		 const struct kvt_view *v);
+/* Acquire every page of every layer and check each one; returns pages seen
+ * (lost pages count as failures unless allow_lost). */
+unsigned t_verify_seq(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
+		      uint32_t seed, int allow_lost);
+
+/* Scale for sanitizer builds: KVT_TEST_SCALE (default 1) divides loops. */
+unsigned t_scale(unsigned n);
+/* A log callback that prints to stderr with a prefix. */
+void t_log(void *arg, int level, const char *msg);
+
+#endif
