@@ -15,9 +15,10 @@ enum kvt_copy_dir { KVT_H2D = 0, KVT_D2H = 1 };
 
 struct kvt_device_ops {
 	const char *name;
-	/* Device memory. alloc returns 0 or -errno. */
+	/* Device memory. alloc returns 0 or -errno; free takes the size
+	 * that was allocated. */
 	int  (*alloc)(void *ctx, size_t bytes, void **out);
-	void (*free)(void *ctx, void *p);
+	void (*free)(void *ctx, void *p, size_t bytes);
 	/* Optional: make host memory usable by async copies (pinning). */
 	int  (*register_host)(void *ctx, void *p, size_t bytes);
 	void (*unregister_host)(void *ctx, void *p);

@@ -35,8 +35,9 @@ struct kvt_nvme_opts {
 	const char *path;	/* file to create, block device, or directory */
 	uint64_t bytes;		/* size to preallocate (files) or use (devices) */
 	int	 direct;	/* enum kvt_tristate */
-	unsigned depth;		/* queue depth */
-	uint64_t max_io;	/* largest coalesced request in bytes */
+	unsigned depth;		/* queue depth, 1..4096 */
+	uint64_t max_io;	/* largest coalesced request in bytes
+				 * (0 = 1 MiB; at most 1 GiB) */
 	kvt_log_fn log;
 	void	*log_arg;
 };
@@ -60,33 +61,56 @@ struct kvt_nvme_info {
 	char	 path[KVT_PATH_MAX];
 	char	 notes[256];		/* fallbacks taken and why */
 	uint64_t short_ios;		/* short completions retried */
+	uint64_t ops;			/* read/write SQEs issued (merged; retries not counted) */
+	uint64_t reqs;			/* requests carried by them */
+	unsigned depth;			/* ring depth given at open */
+	unsigned depth_limit;		/* ops in flight at most (kvt_nvme_set_depth) */
+	uint64_t max_io;		/* effective coalescing limit in bytes */
 };
 
 /* Open (creating a file O_EXCL, mode 0600, preallocated with fallocate, or
  * a temp file in a directory, unlinked at once) and set up the ring.
  * Without O_DIRECT support: buffered I/O with a warning through log, or
- * -EINVAL when opts->direct is KVT_ON. */
+ * -EINVAL when opts->direct is KVT_ON.
+ *
+ * path: an existing directory (also "" or NULL: $TMPDIR, else /tmp), a
+ * block device (opened O_EXCL, so not while mounted; min(bytes, its size)
+ * used, bytes == 0 = all of it), or a file that must not exist yet
+ * (-EEXIST; removed again by close). A missing parent directory, or a
+ * missing path ending in '/': -ENOENT. Nothing is left behind on failure.
+ * Returns 0 or -errno; *out is set only on success. */
 int  kvt_nvme_open(const struct kvt_nvme_opts *opts, struct kvt_nvme **out);
 void kvt_nvme_close(struct kvt_nvme *n);
 
-/* Register [base, base+bytes) as fixed buffers (chunks of at most 1 GiB).
- * Returns 0, or -errno with the reason in info.notes; I/O then uses plain
- * buffers. */
+/* Register [base, base+bytes) as fixed buffers (chunks of at most 1 GiB),
+ * replacing any earlier registration; bytes == 0 only unregisters. Not
+ * during kvt_nvme_run. Returns 0, or -errno with the reason in info.notes;
+ * I/O then uses plain buffers. */
 int  kvt_nvme_register_buffers(struct kvt_nvme *n, void *base, size_t bytes);
 
 /* Run n requests with at most depth in flight, coalescing neighbours
  * (adjacent offsets of the same op; one fixed-buffer op when the buffers
  * are adjacent too, a vectored op otherwise). done (may be NULL) is called
  * once per request as it completes, in completion order, from the calling
- * thread. Returns 0 when every request ran (each has its own res), or
- * -errno when the ring itself failed. Short transfers are retried for the
- * rest. Reads and writes may be mixed; requests are not reordered across
- * an overlapping pair. */
+ * thread; it must not call kvt_nvme_run. Returns 0 when every request ran
+ * (each has its own res), or -errno when the ring itself failed: requests
+ * not yet done then keep that res, may still be in flight, and the handle
+ * only returns the same error until kvt_nvme_close. Short transfers are
+ * retried for the rest. Reads and writes may be mixed; requests are not
+ * reordered across an overlapping pair (one of them a write). A request
+ * past the end (off + len > bytes) or with an unknown op completes with
+ * -EINVAL, one with len 0 with 0, both without I/O. */
 int  kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
 		  void (*done)(void *arg, struct kvt_io *io), void *arg);
 
 void kvt_nvme_info(const struct kvt_nvme *n, struct kvt_nvme_info *info);
+/* Replace the fault settings (NULL or all zero: none) and restart their
+ * counters. */
 void kvt_nvme_set_fault(struct kvt_nvme *n, const struct kvt_fault *f);
+/* Keep at most depth ops in flight from now on, 1 <= depth <= the depth
+ * given at open (which sized the ring). Not during kvt_nvme_run.
+ * Returns 0 or -EINVAL. */
+int  kvt_nvme_set_depth(struct kvt_nvme *n, unsigned depth);
 int  kvt_nvme_fd(const struct kvt_nvme *n);
 
 #endif

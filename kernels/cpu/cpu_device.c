@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cpu device. Its "device memory" is a separate arena of host memory
+ * whose size is the VRAM budget; copies run on one copy thread per
+ * direction (like one CUDA stream each way) and complete in order, so a
+ * fence is just a sequence number. An optional bandwidth cap emulates PCIe.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "kernels/device.h"
+
+#define QLEN 1024		/* copies queued per direction */
+
+struct copy {
+	void	   *dst;
+	const void *src;
+	size_t	    bytes;
+};
+
+struct engine {
+	pthread_mutex_t	lock;
+	pthread_cond_t	work;		/* copy thread waits for copies */
+	pthread_cond_t	done;		/* fence waiters, and submitters when full */
+	struct copy	q[QLEN];
+	uint64_t	head;		/* next sequence number to queue (starts 1) */
+	uint64_t	tail;		/* copies completed: fences <= tail are done */
+	int		sleeping;
+	int		waiters;
+	int		stop;
+	double		ns_per_byte;	/* 0: uncapped */
+	pthread_t	thread;
+	int		started;
+};
+
+struct cpu_dev {
+	struct engine e[2];		/* [KVT_H2D], [KVT_D2H] */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+	struct timespec ts = { (time_t)(t / 1000000000ull), (long)(t % 1000000000ull) };
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static void *copy_thread(void *arg)
+{
+	struct engine *e = arg;
+	uint64_t busy_until = 0;
+
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		while (e->tail + 1 == e->head && !e->stop) {
+			/* Spin a little before sleeping: back-to-back copies of
+			 * small pages would otherwise pay a wake-up each. */
+			pthread_mutex_unlock(&e->lock);
+			for (int i = 0; i < 2000 && __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == e->tail + 1; i++)
+				__builtin_ia32_pause();
+			pthread_mutex_lock(&e->lock);
+			if (e->tail + 1 != e->head || e->stop)
+				break;
+			e->sleeping = 1;
+			pthread_cond_wait(&e->work, &e->lock);
+			e->sleeping = 0;
+		}
+		if (e->tail + 1 == e->head && e->stop)
+			break;
+		struct copy c = e->q[(e->tail + 1) % QLEN];
+		pthread_mutex_unlock(&e->lock);
+
+		memcpy(c.dst, c.src, c.bytes);
+		if (e->ns_per_byte > 0) {
+			uint64_t t = now_ns();
+			if (busy_until < t)
+				busy_until = t;
+			busy_until += (uint64_t)(c.bytes * e->ns_per_byte);
+			sleep_until(busy_until);
+		}
+
+		pthread_mutex_lock(&e->lock);
+		__atomic_store_n(&e->tail, e->tail + 1, __ATOMIC_RELEASE);
+		if (e->waiters)
+			pthread_cond_broadcast(&e->done);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return NULL;
+}
+
+static int cpu_alloc(void *ctx, size_t bytes, void **out)
+{
+	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+static void cpu_free(void *ctx, void *p, size_t bytes)
+{
+	if (p)
+		munmap(p, bytes ? bytes : 1);
+}
+
+static int cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
+			  int dir, uint64_t *fence)
+{
+	struct cpu_dev *d = ctx;
+	struct engine *e;
+
+	if (dir != KVT_H2D && dir != KVT_D2H)
+		return -EINVAL;
+	e = &d->e[dir];
+	pthread_mutex_lock(&e->lock);
+	while (e->head - e->tail > QLEN - 1) {
+		e->waiters++;
+		pthread_cond_wait(&e->done, &e->lock);
+		e->waiters--;
+	}
+	e->q[e->head % QLEN] = (struct copy){ dst, src, bytes };
+	*fence = e->head << 1 | (uint64_t)dir;
+	__atomic_store_n(&e->head, e->head + 1, __ATOMIC_RELEASE);
+	if (e->sleeping)
+		pthread_cond_signal(&e->work);
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+static int cpu_fence_done(void *ctx, uint64_t fence)
+{
+	struct cpu_dev *d = ctx;
+	struct engine *e = &d->e[fence & 1];
+	return fence == 0 || __atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) >= fence >> 1;
+}
+
+static int cpu_fence_wait(void *ctx, uint64_t fence)
+{
+	struct cpu_dev *d = ctx;
+	struct engine *e = &d->e[fence & 1];
+
+	for (int i = 0; i < 4000; i++) {
+		if (cpu_fence_done(ctx, fence))
+			return 0;
+		__builtin_ia32_pause();
+	}
+	pthread_mutex_lock(&e->lock);
+	while (e->tail < fence >> 1) {
+		e->waiters++;
+		pthread_cond_wait(&e->done, &e->lock);
+		e->waiters--;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+static void cpu_close(void *ctx)
+{
+	struct cpu_dev *d = ctx;
+	for (int i = 0; i < 2; i++) {
+		struct engine *e = &d->e[i];
+		if (e->started) {
+			pthread_mutex_lock(&e->lock);
+			e->stop = 1;
+			pthread_cond_signal(&e->work);
+			pthread_mutex_unlock(&e->lock);
+			pthread_join(e->thread, NULL);
+		}
+		pthread_mutex_destroy(&e->lock);
+		pthread_cond_destroy(&e->work);
+		pthread_cond_destroy(&e->done);
+	}
+	free(d);
+}
+
+static const struct kvt_device_ops cpu_ops = {
+	.name		  = "cpu",
+	.alloc		  = cpu_alloc,
+	.free		  = cpu_free,
+	.copy_async	  = cpu_copy_async,
+	.fence_wait	  = cpu_fence_wait,
+	.fence_done	  = cpu_fence_done,
+	.host_addressable = 1,
+	.host_visible	  = 1,
+	.close		  = cpu_close,
+};
+
+int kvt_cpu_device_open(double copy_gbps, struct kvt_device *out)
+{
+	struct cpu_dev *d = calloc(1, sizeof(*d));
+	int r = 0;
+
+	if (!d)
+		return -ENOMEM;
+	for (int i = 0; i < 2; i++) {
+		struct engine *e = &d->e[i];
+		pthread_mutex_init(&e->lock, NULL);
+		pthread_cond_init(&e->work, NULL);
+		pthread_cond_init(&e->done, NULL);
+		e->head = 1;
+		e->ns_per_byte = copy_gbps > 0 ? 1.0 / copy_gbps : 0;
+	}
+	for (int i = 0; i < 2; i++) {
+		r = -pthread_create(&d->e[i].thread, NULL, copy_thread, &d->e[i]);
+		if (r)
+			goto fail;
+		d->e[i].started = 1;
+	}
+	out->ops = &cpu_ops;
+	out->ctx = d;
+	return 0;
+fail:
+	cpu_close(d);
+	return r;
+}

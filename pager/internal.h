@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pager internals, shared by the pager sources and the tests (which link the static
+ * library). Not installed.
+ *
+ * Locking: one mutex per pager (p->lock) guards every field below except
+ * where a comment says otherwise. The migration thread drops it around I/O
+ * and device copies; the pages it moves are in state MOVING meanwhile, and
+ * nobody else touches their frames.
+ */
+#ifndef KVT_PAGER_INTERNAL_H
+#define KVT_PAGER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <kvt/pager.h>
+#include "kernels/device.h"
+#include "pager/host.h"
+#include "pager/nvme.h"
+#include "pager/policy.h"
+
+#define KVT_API __attribute__((visibility("default")))
+#define NO_FRAME UINT32_MAX
+#define NO_PAGE	 UINT32_MAX
+
+enum page_state {
+	P_FREE = 0,
+	P_READY,		/* every copy it has is valid and still */
+	P_MOVING,		/* a copy is being made; frames untouchable */
+	P_LOST,			/* I/O error or checksum mismatch: never served */
+};
+
+enum page_flag {
+	PF_SEALED	= 1 << 0,	/* full: never changes again */
+	PF_TAILPIN	= 1 << 1,	/* holds the tail pin (one of pins) */
+	PF_PREFETCHED	= 1 << 2,	/* brought up by prefetch, not yet used */
+	PF_PFMOVE	= 1 << 3,	/* the move in flight is a prefetch */
+	PF_QDEMAND	= 1 << 4,	/* in the demand queue */
+	PF_QPREF	= 1 << 5,	/* in the prefetch queue */
+	PF_DOOMED	= 1 << 6,	/* freed while MOVING: free when it lands */
+};
+
+struct page {
+	uint32_t gen;		/* bumped when the slot is freed */
+	uint32_t refs;		/* sequences whose tables hold it */
+	uint32_t pins;		/* batch pins + the tail pin */
+	uint32_t ntok;		/* valid tokens */
+	uint8_t	 state;		/* enum page_state */
+	uint8_t	 top;		/* tier of the authoritative copy */
+	uint8_t	 flags;		/* enum page_flag */
+	int8_t	 err;		/* -errno of the last failed promotion, for waiters */
+	uint32_t frame[KVT_NTIERS];	/* frame per tier, NO_FRAME when none */
+	uint64_t csum;		/* XXH3 of the NVMe copy */
+	uint64_t last_step;	/* step of the last counted access */
+	uint32_t next_free;	/* free list link */
+};
+
+struct tier {
+	int	 id;
+	uint32_t nframes, nfree;
+	uint64_t stride;		/* bytes from one frame to the next */
+	uint8_t	*base;			/* frame 0 (NULL for nvme: file offsets) */
+	uint64_t *freemap;		/* bit set = frame free */
+	uint32_t cursor;		/* next-fit allocation cursor */
+	uint32_t *owner;		/* frame -> page slot, NO_PAGE when free */
+	uint8_t	*meta;			/* nframes * pol->meta_size */
+	const struct kvt_policy_ops *pol;
+	void	*pst;
+	uint32_t wm_min, wm_low, wm_high;	/* free frames */
+	uint32_t waiters;		/* threads waiting in alloc for a frame */
+	uint64_t retry_ns;		/* background reclaim failed: not before */
+	struct kvt_tier_stats st;
+};
+
+struct layer_tab {
+	uint32_t *pg;		/* page index -> page slot */
+	uint32_t  n, cap;
+	uint32_t  ntok;
+};
+
+struct seq {
+	uint32_t gen;
+	uint8_t	 open, parked;
+	uint32_t batches;	/* unreleased batches */
+	uint32_t next_free;
+	struct layer_tab *lt;	/* [n_layers] */
+};
+
+/* Work queue of page references (slot, generation). */
+struct pref {
+	uint32_t slot, gen;
+};
+struct pqueue {
+	struct pref *v;
+	uint32_t head, n, cap;
+};
+
+enum job_kind { JOB_DEMOTE };
+
+struct job {
+	int	  kind;
+	int	  lo, hi;	/* evict the pages out of tiers lo .. hi-1 */
+	struct pref *pages;
+	uint32_t  n;
+	int	  done, res;
+	struct job *next;
+};
+
+struct kvt_pager {
+	pthread_mutex_t lock;
+	pthread_cond_t	work;		/* the migration thread waits here */
+	pthread_cond_t	done;		/* everybody else waits here */
+	pthread_t	thread;
+	int		thread_started;
+	int		stop;
+
+	struct kvt_config cfg;
+	struct kvt_device *dev;
+	uint16_t	tag;		/* in sequence handles */
+	uint64_t	page_bytes;	/* payload of a page */
+	uint64_t	half;		/* offset of V in a page */
+	uint64_t	tok_bytes;	/* K (or V) bytes of one token */
+	int		target;		/* tier acquire hands back: fast, or host in place */
+	int		last;		/* lowest tier with frames */
+	uint64_t	step;
+
+	struct tier	t[KVT_NTIERS];
+	void		*fast_mem;	/* the device arena */
+	size_t		fast_bytes;
+	struct kvt_host_arena host;
+	struct kvt_nvme *nvme;
+
+	struct page	*pages;
+	uint32_t	npages, free_page, live_pages;
+
+	struct seq	**seqs;
+	uint32_t	nseqs, free_seq, open_seqs;
+
+	struct pqueue	demand, prefetch;
+	struct job	*jobs;
+	uint64_t	events;		/* bumped when pins drop or pages free */
+	uint64_t	nvme_paused_until;	/* ns; demotion to NVMe paused */
+	uint64_t	alloc_fail;	/* bumped when a waited-for frame cannot be had */
+
+	struct kvt_stats st;		/* counters not kept per tier */
+
+	/* migration thread scratch (owned by it) */
+	uint32_t	*scratch;
+	struct kvt_io	*ios;
+	uint64_t	*fences;
+	uint32_t	scratch_cap;
+};
+
+/* pager.c */
+int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
+
+/* stats.c */
+void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
+
+#endif

@@ -1,0 +1,1939 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pager core: page table, sequences, acquire/release, residency, the
+ * migration thread and the watermarks.
+ *
+ * Residency of a page: one authoritative copy in tier `top` and optional
+ * clean copies below it (pages are write-once once sealed, so a copy below
+ * stays valid). Evicting a copy that is not the only one is a drop; the
+ * only copy is written one tier down first. The fast tier's tail pages are
+ * pinned; a pinned or MOVING page is never a victim.
+ *
+ * Threads: runtime threads take p->lock for bookkeeping only; all transfers
+ * (device copies and NVMe I/O) run on the migration thread, which releases
+ * the lock around them while the pages it moves are MOVING.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "pager/internal.h"
+
+#define MAX_MOVE	128	/* pages per promotion batch */
+#define MAX_VICTIMS	64	/* victims asked for at once */
+#define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
+#define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
+#define ENOSPC_WAIT_NS	100000000ull	/* how long a batch waits for frames to unpin */
+
+struct entry {
+	uint32_t slot, gen, index;
+	uint32_t ntok;
+	const uint8_t *ptr;	/* frame, once pinned */
+	int8_t	 tier;
+	int8_t	 err;		/* -errno to report instead of a view */
+	uint8_t	 pinned;
+};
+
+struct kvt_batch {
+	struct kvt_pager *p;
+	uint32_t seq;		/* slot of the sequence */
+	uint32_t n;
+	uint32_t nready;	/* entries queued in ready[] */
+	uint32_t rpos;		/* next ready[] to hand out */
+	uint32_t unpinned;	/* ready[] before this are unpinned */
+	uint32_t npend;
+	int	 target;
+	uint64_t handed, in_place;
+	struct entry *e;	/* [n] */
+	uint32_t *ready;	/* [n] entry indices in readiness order */
+	uint32_t *pend;		/* [npend] entry indices still moving */
+};
+
+/* One page in flight in a promotion or demotion. */
+struct move {
+	uint32_t slot;
+	uint32_t from, to;	/* source and destination frame */
+	uint32_t hf;		/* host frame used on the way up from NVMe */
+	uint64_t fence;
+	uint64_t csum;
+	int	 res;
+	uint8_t	 via_nvme;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void plog(struct kvt_pager *p, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void plog(struct kvt_pager *p, int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!p->cfg.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	p->cfg.log(p->cfg.log_arg, level, msg);
+}
+
+#if defined(KVT_DEBUG)
+#include <assert.h>
+#define CHECK_INVARIANTS(p) do { char _e[256]; \
+	if ((p)->npages <= 8192 && kvt_pager_check(p, _e, sizeof(_e))) { \
+		fprintf(stderr, "kvt invariant: %s\n", _e); abort(); } } while (0)
+#else
+#define CHECK_INVARIANTS(p) do { } while (0)
+#endif
+
+/* ---------------------------------------------------------------------
+ * Frames
+ */
+
+static uint32_t frame_alloc_run(struct tier *t, uint32_t want, uint32_t *got)
+{
+	uint32_t nw = (t->nframes + 63) / 64;
+
+	*got = 0;
+	if (!t->nfree || !want)
+		return NO_FRAME;
+	for (uint32_t k = 0; k <= nw; k++) {
+		uint32_t w = (t->cursor / 64 + k) % nw;
+		uint64_t bits = t->freemap[w];
+		if (k == 0)
+			bits &= ~0ull << (t->cursor % 64);
+		if (!bits)
+			continue;
+		uint32_t f = w * 64 + (uint32_t)__builtin_ctzll(bits), n = 0;
+		while (n < want && f + n < t->nframes &&
+		       (t->freemap[(f + n) / 64] >> ((f + n) % 64) & 1)) {
+			t->freemap[(f + n) / 64] &= ~(1ull << ((f + n) % 64));
+			n++;
+		}
+		t->nfree -= n;
+		t->cursor = (f + n) % t->nframes;
+		*got = n;
+		return f;
+	}
+	return NO_FRAME;
+}
+
+static uint32_t frame_alloc(struct tier *t)
+{
+	uint32_t got;
+	return frame_alloc_run(t, 1, &got);
+}
+
+static void frame_free(struct tier *t, uint32_t f)
+{
+	t->freemap[f / 64] |= 1ull << (f % 64);
+	t->owner[f] = NO_PAGE;
+	t->nfree++;
+}
+
+static inline uint8_t *frame_ptr(const struct tier *t, uint32_t f)
+{
+	return t->base + (uint64_t)f * t->stride;
+}
+
+static inline void *meta_of(const struct tier *t, uint32_t f)
+{
+	return t->meta + (size_t)f * t->pol->meta_size;
+}
+
+static inline unsigned copies(const struct page *pg)
+{
+	return (pg->frame[0] != NO_FRAME) + (pg->frame[1] != NO_FRAME) +
+	       (pg->frame[2] != NO_FRAME);
+}
+
+static void set_top(struct page *pg)
+{
+	pg->top = pg->frame[0] != NO_FRAME ? 0 : pg->frame[1] != NO_FRAME ? 1 : 2;
+}
+
+/* Give the page a copy in frame f of tier ti and tell the policy. */
+static void place(struct kvt_pager *p, uint32_t slot, int ti, uint32_t f)
+{
+	struct tier *t = &p->t[ti];
+	struct page *pg = &p->pages[slot];
+
+	pg->frame[ti] = f;
+	t->owner[f] = slot;
+	memset(meta_of(t, f), 0, t->pol->meta_size);
+	t->pol->on_insert(t->pst, slot, meta_of(t, f));
+}
+
+/* Remove the page's copy from tier ti. Counts it as a demotion when
+ * `demote` (another copy remains below), with `drop` when no write was
+ * needed for it. */
+static void unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int drop)
+{
+	struct tier *t = &p->t[ti];
+	struct page *pg = &p->pages[slot];
+	uint32_t f = pg->frame[ti];
+
+	t->pol->on_remove(t->pst, slot, meta_of(t, f));
+	frame_free(t, f);
+	pg->frame[ti] = NO_FRAME;
+	if (ti == p->target && (pg->flags & PF_PREFETCHED)) {
+		pg->flags &= ~PF_PREFETCHED;
+		p->st.prefetch_wasted++;
+	}
+	if (demote) {
+		t->st.demotions++;
+		t->st.drops += drop;
+	}
+	set_top(pg);
+}
+
+/* ---------------------------------------------------------------------
+ * Pages
+ */
+
+static uint32_t page_new(struct kvt_pager *p)
+{
+	uint32_t s = p->free_page;
+	if (s == NO_PAGE)
+		return NO_PAGE;
+	struct page *pg = &p->pages[s];
+	p->free_page = pg->next_free;
+	uint32_t gen = pg->gen;
+	memset(pg, 0, sizeof(*pg));
+	pg->gen = gen;
+	pg->frame[0] = pg->frame[1] = pg->frame[2] = NO_FRAME;
+	pg->state = P_READY;
+	pg->last_step = UINT64_MAX;
+	p->live_pages++;
+	return s;
+}
+
+static void page_free(struct kvt_pager *p, uint32_t s)
+{
+	struct page *pg = &p->pages[s];
+
+	if (pg->state == P_MOVING) {
+		pg->flags |= PF_DOOMED;
+		return;
+	}
+	for (int ti = 0; ti < KVT_NTIERS; ti++)
+		if (pg->frame[ti] != NO_FRAME)
+			unplace(p, s, ti, 0, 0);
+	pg->state = P_FREE;
+	pg->gen = (pg->gen + 1) & 0x7fffffff;
+	pg->flags = 0;
+	pg->next_free = p->free_page;
+	p->free_page = s;
+	p->live_pages--;
+	p->events++;
+}
+
+static void page_unref(struct kvt_pager *p, uint32_t s)
+{
+	struct page *pg = &p->pages[s];
+	if (pg->flags & PF_TAILPIN) {
+		pg->flags &= ~PF_TAILPIN;
+		pg->pins--;
+	}
+	if (--pg->refs == 0)
+		page_free(p, s);
+}
+
+/* The page became unusable: free its frames, keep the slot (its owners
+ * will get -EIO for it until they close). */
+static void page_lose(struct kvt_pager *p, uint32_t s)
+{
+	struct page *pg = &p->pages[s];
+	for (int ti = 0; ti < KVT_NTIERS; ti++)
+		if (pg->frame[ti] != NO_FRAME)
+			unplace(p, s, ti, 0, 0);
+	pg->state = P_LOST;
+	pg->flags &= ~(PF_PREFETCHED | PF_PFMOVE);
+	p->st.lost_pages++;
+}
+
+static void unpin(struct kvt_pager *p, uint32_t s)
+{
+	if (--p->pages[s].pins == 0) {
+		p->events++;
+		if (p->t[KVT_TIER_FAST].waiters || p->demand.n)
+			pthread_cond_signal(&p->work);
+	}
+}
+
+/* Count an access: once per page per step. */
+static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
+{
+	struct page *pg = &p->pages[s];
+	if (pg->last_step != p->step) {
+		struct tier *t = &p->t[ti];
+		pg->last_step = p->step;
+		t->pol->on_access(t->pst, s, meta_of(t, pg->frame[ti]), p->step, 0.0f);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Queues
+ */
+
+static int pq_push(struct pqueue *q, uint32_t slot, uint32_t gen)
+{
+	if (q->head + q->n == q->cap) {
+		if (q->head) {
+			memmove(q->v, q->v + q->head, q->n * sizeof(*q->v));
+			q->head = 0;
+		} else {
+			uint32_t cap = q->cap ? q->cap * 2 : 256;
+			struct pref *v = realloc(q->v, cap * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			q->v = v;
+			q->cap = cap;
+		}
+	}
+	q->v[q->head + q->n++] = (struct pref){ slot, gen };
+	return 0;
+}
+
+static uint32_t pq_pop(struct pqueue *q, struct pref *out, uint32_t max)
+{
+	uint32_t n = q->n < max ? q->n : max;
+	memcpy(out, q->v + q->head, n * sizeof(*out));
+	q->head += n;
+	q->n -= n;
+	if (!q->n)
+		q->head = 0;
+	return n;
+}
+
+static void queue_demand(struct kvt_pager *p, uint32_t s)
+{
+	struct page *pg = &p->pages[s];
+	if (pg->flags & PF_QDEMAND)
+		return;
+	if (pq_push(&p->demand, s, pg->gen) == 0)
+		pg->flags |= PF_QDEMAND;
+}
+
+static void queue_prefetch(struct kvt_pager *p, uint32_t s)
+{
+	struct page *pg = &p->pages[s];
+	if (pg->state != P_READY || pg->frame[p->target] != NO_FRAME ||
+	    (pg->frame[KVT_TIER_FAST] != NO_FRAME) ||
+	    (pg->flags & (PF_QDEMAND | PF_QPREF)))
+		return;
+	if (pq_push(&p->prefetch, s, pg->gen) == 0) {
+		pg->flags |= PF_QPREF;
+		p->st.prefetch_issued++;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Reclaim and demotion (migration thread, lock held; may drop it)
+ */
+
+struct vctx {
+	struct kvt_pager *p;
+	int tier;
+};
+
+static int unevictable(void *arg, uint64_t key)
+{
+	const struct vctx *c = arg;
+	const struct page *pg = &c->p->pages[key];
+	return pg->state != P_READY || pg->pins ||
+	       (copies(pg) == 1 && c->tier == c->p->last);
+}
+
+static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint32_t n);
+
+/* Make `need` frames of tier ti free. Returns 0 when they are, -ENOSPC when
+ * everything left is pinned or moving (or the tier below is full), -EAGAIN
+ * for a prefetch that would evict a page needed sooner. */
+static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
+{
+	struct tier *t = &p->t[ti];
+	uint64_t keys[MAX_VICTIMS];
+	uint32_t wl[MAX_VICTIMS];
+	struct vctx c = { p, ti };
+
+	if (need > t->nframes)
+		need = t->nframes;
+	while (t->nfree < need) {
+		uint32_t want = need - t->nfree;
+		if (want > MAX_VICTIMS)
+			want = MAX_VICTIMS;
+		size_t nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
+		if (!nv)
+			return -ENOSPC;
+		uint32_t nw = 0;
+		for (size_t i = 0; i < nv; i++) {
+			uint32_t s = (uint32_t)keys[i];
+			struct page *pg = &p->pages[s];
+			if (prefetch && (pg->flags & (PF_PREFETCHED | PF_QDEMAND)))
+				return -EAGAIN;
+			if (copies(pg) > 1)
+				unplace(p, s, ti, 1, 1);
+			else
+				wl[nw++] = s;
+		}
+		if (nw) {
+			int r = demote_write(p, ti, wl, nw);
+			if (r < 0)
+				return r;
+		}
+	}
+	return 0;
+}
+
+struct verify_arg {
+	struct kvt_pager *p;
+	struct move *mv;
+};
+
+/* Write the only copy of n pages of tier ti one tier down, then drop
+ * them from ti. Returns the number moved or -errno when none could be. */
+static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint32_t n)
+{
+	struct tier *src = &p->t[ti], *dst = &p->t[ti + 1];
+	struct move mv[MAX_VICTIMS];
+	struct kvt_io io[MAX_VICTIMS];
+	uint32_t m = 0;
+	int r;
+
+	if (ti + 1 > p->last)
+		return -ENOSPC;
+	if (ti + 1 == KVT_TIER_NVME && now_ns() < p->nvme_paused_until)
+		return -ENOSPC;
+	r = reclaim(p, ti + 1, n, 0);
+	if (dst->nfree == 0)
+		return r ? r : -ENOSPC;
+
+	/* The lock was dropped: take only pages that are still candidates. */
+	for (uint32_t i = 0; i < n && dst->nfree; i++) {
+		uint32_t s = slots[i], got;
+		struct page *pg = &p->pages[s];
+		if (pg->state != P_READY || pg->pins || pg->frame[ti] == NO_FRAME ||
+		    pg->frame[ti + 1] != NO_FRAME)
+			continue;
+		if (copies(pg) > 1) {
+			unplace(p, s, ti, 1, 1);
+			continue;
+		}
+		uint32_t f = frame_alloc_run(dst, 1, &got);
+		dst->owner[f] = s;
+		pg->state = P_MOVING;
+		mv[m++] = (struct move){ .slot = s, .from = pg->frame[ti], .to = f };
+	}
+	if (!m)
+		return 0;
+
+	pthread_mutex_unlock(&p->lock);
+	uint64_t t0 = now_ns();
+	if (ti == KVT_TIER_FAST) {
+		uint64_t last = 0;
+		for (uint32_t i = 0; i < m; i++) {
+			mv[i].res = kvt_dev_copy_async(p->dev, frame_ptr(dst, mv[i].to),
+						       frame_ptr(src, mv[i].from),
+						       p->page_bytes, KVT_D2H, &mv[i].fence);
+			if (!mv[i].res)
+				last = mv[i].fence;
+		}
+		r = kvt_dev_fence_wait(p->dev, last);
+		for (uint32_t i = 0; i < m; i++)
+			if (!mv[i].res)
+				mv[i].res = r;
+	} else {
+		for (uint32_t i = 0; i < m; i++) {
+			const uint8_t *buf = frame_ptr(src, mv[i].from);
+			mv[i].csum = XXH3_64bits(buf, p->page_bytes);
+			io[i] = (struct kvt_io){ .off = (uint64_t)mv[i].to * dst->stride,
+				.buf = (void *)buf, .len = (uint32_t)dst->stride,
+				.op = KVT_IO_WRITE, .user = &mv[i] };
+		}
+		r = kvt_nvme_run(p->nvme, io, m, NULL, NULL);
+		for (uint32_t i = 0; i < m; i++)
+			mv[i].res = r ? r : io[i].res;
+	}
+	uint64_t dt = now_ns() - t0;
+	pthread_mutex_lock(&p->lock);
+
+	int moved = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		uint32_t s = mv[i].slot;
+		struct page *pg = &p->pages[s];
+		pg->state = P_READY;
+		if (mv[i].res) {
+			frame_free(dst, mv[i].to);
+			if (ti + 1 == KVT_TIER_NVME) {
+				p->nvme_paused_until = now_ns() + NVME_PAUSE_NS;
+				if (mv[i].res == -ENOSPC)
+					p->st.enospc++;
+				else
+					p->st.io_errors++;
+			} else {
+				p->st.io_errors++;
+			}
+		} else {
+			place(p, s, ti + 1, mv[i].to);
+			if (ti + 1 == KVT_TIER_NVME) {
+				pg->csum = mv[i].csum;
+				kvt_lat_record(&dst->st, io[i].lat_ns);
+			}
+			unplace(p, s, ti, 1, 0);
+			src->st.bytes_out += p->page_bytes;
+			dst->st.bytes_in += p->page_bytes;
+			moved++;
+		}
+		if (pg->flags & PF_DOOMED) {
+			pg->flags &= ~PF_DOOMED;
+			page_free(p, s);
+		}
+	}
+	if (ti == KVT_TIER_FAST)
+		kvt_lat_record(&src->st, dt);
+	if (mv[0].res && r == 0 && moved == 0)
+		r = mv[0].res;
+	pthread_cond_broadcast(&p->done);
+	CHECK_INVARIANTS(p);
+	return moved ? moved : (r ? r : 0);
+}
+
+/* Evict every page of the list out of tier ti (drop or write down).
+ * Pinned pages stay. Returns 0, or -EBUSY if some stayed, or -errno. */
+static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, int ti)
+{
+	uint32_t wl[MAX_VICTIMS];
+	int res = 0;
+
+	for (uint32_t i = 0; i < n;) {
+		uint32_t nw = 0;
+		for (; i < n && nw < MAX_VICTIMS; i++) {
+			uint32_t s = pages[i].slot;
+			struct page *pg = &p->pages[s];
+			if (pg->gen != pages[i].gen || pg->state == P_FREE ||
+			    pg->state == P_LOST || pg->frame[ti] == NO_FRAME)
+				continue;
+			if (pg->state != P_READY || pg->pins) {
+				res = -EBUSY;
+				continue;
+			}
+			if (copies(pg) > 1)
+				unplace(p, s, ti, 1, 1);
+			else
+				wl[nw++] = s;
+		}
+		if (nw) {
+			int r = demote_write(p, ti, wl, nw);
+			if (r < 0)
+				return r;
+			if ((uint32_t)r < nw && !res)
+				res = -EBUSY;
+		}
+	}
+	return res;
+}
+
+/* ---------------------------------------------------------------------
+ * Promotion (migration thread, lock held; drops it around the transfers)
+ */
+
+static void verify_read(void *arg, struct kvt_io *io)
+{
+	struct verify_arg *va = arg;
+	struct kvt_pager *p = va->p;
+	struct move *m = io->user;
+
+	m->res = io->res;
+	if (!m->res && XXH3_64bits(io->buf, p->page_bytes) != p->pages[m->slot].csum)
+		m->res = -EBADMSG;
+	/* Start the copy up as soon as the read is in (target fast). */
+	if (!m->res && m->to != NO_FRAME)
+		m->res = kvt_dev_copy_async(p->dev, frame_ptr(&p->t[KVT_TIER_FAST], m->to),
+					    io->buf, p->page_bytes, KVT_H2D, &m->fence);
+}
+
+static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch)
+{
+	struct tier *fast = &p->t[KVT_TIER_FAST], *host = &p->t[KVT_TIER_HOST];
+	struct tier *nvme = &p->t[KVT_TIER_NVME];
+	struct move *mv = (struct move *)p->scratch;
+	struct kvt_io *io = p->ios;
+	uint32_t m = 0, need_fast = 0, need_host = 0;
+	int target = p->target;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = req[i].slot;
+		struct page *pg = &p->pages[s];
+		if (pg->gen != req[i].gen || pg->state != P_READY)
+			continue;
+		if (pg->frame[target] != NO_FRAME || pg->frame[KVT_TIER_FAST] != NO_FRAME)
+			continue;
+		pg->state = P_MOVING;
+		if (prefetch)
+			pg->flags |= PF_PFMOVE;
+		mv[m++] = (struct move){ .slot = s, .from = NO_FRAME, .to = NO_FRAME,
+					 .hf = NO_FRAME, .via_nvme = pg->top == KVT_TIER_NVME };
+		need_fast += target == KVT_TIER_FAST;
+		need_host += pg->top == KVT_TIER_NVME;
+	}
+	if (!m)
+		return;
+
+	/* Frames: fast first (its reclaim may push pages into the host tier),
+	 * then host for what comes up from NVMe. */
+	int rf = need_fast ? reclaim(p, KVT_TIER_FAST, need_fast, prefetch) : 0;
+	int rh = need_host ? reclaim(p, KVT_TIER_HOST, need_host, prefetch) : 0;
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		struct move *x = &mv[i];
+		struct page *pg = &p->pages[x->slot];
+		int ok = 1, why = 0;
+		if (target == KVT_TIER_FAST && !fast->nfree) {
+			ok = 0;
+			why = rf ? rf : -ENOSPC;
+		}
+		if (ok && x->via_nvme && !host->nfree) {
+			ok = 0;
+			why = rh ? rh : -ENOSPC;
+		}
+		if (!ok) {
+			pg->state = P_READY;
+			pg->flags &= ~PF_PFMOVE;
+			if (prefetch) {
+				p->st.prefetch_dropped++;
+			} else {
+				pg->err = (int8_t)why;
+			}
+			if (pg->flags & PF_DOOMED) {
+				pg->flags &= ~PF_DOOMED;
+				page_free(p, x->slot);
+			}
+			continue;
+		}
+		if (target == KVT_TIER_FAST) {
+			x->to = frame_alloc(fast);
+			fast->owner[x->to] = x->slot;
+		}
+		if (x->via_nvme) {
+			uint32_t got;
+			x->hf = frame_alloc_run(host, 1, &got);
+			host->owner[x->hf] = x->slot;
+			x->from = pg->frame[KVT_TIER_NVME];
+			x->csum = pg->csum;
+		} else {
+			x->from = pg->frame[KVT_TIER_HOST];
+		}
+		mv[kept++] = *x;
+	}
+	m = kept;
+	if (!m) {
+		pthread_cond_broadcast(&p->done);
+		return;
+	}
+
+	/* Transfers, lock dropped. Host pages go up at once; NVMe pages are
+	 * read (sorted by offset inside kvt_nvme_run, so neighbours coalesce)
+	 * and start their copy up from the completion callback. */
+	pthread_mutex_unlock(&p->lock);
+	uint64_t t0 = now_ns(), last = 0;
+	uint32_t nio = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		struct move *x = &mv[i];
+		x->res = 0;
+		if (x->via_nvme) {
+			io[nio++] = (struct kvt_io){ .off = (uint64_t)x->from * nvme->stride,
+				.buf = frame_ptr(host, x->hf), .len = (uint32_t)nvme->stride,
+				.op = KVT_IO_READ, .user = x };
+		} else {
+			x->res = kvt_dev_copy_async(p->dev, frame_ptr(fast, x->to),
+						    frame_ptr(host, x->from), p->page_bytes,
+						    KVT_H2D, &x->fence);
+		}
+	}
+	if (nio) {
+		struct verify_arg va = { p, mv };
+		int r = kvt_nvme_run(p->nvme, io, nio, verify_read, &va);
+		if (r)
+			for (uint32_t i = 0; i < nio; i++) {
+				struct move *x = io[i].user;
+				if (!x->res)
+					x->res = r;
+			}
+	}
+	for (uint32_t i = 0; i < m; i++)
+		if (mv[i].to != NO_FRAME && !mv[i].res && mv[i].fence > last)
+			last = mv[i].fence;
+	int rc = kvt_dev_fence_wait(p->dev, last);
+	uint64_t dt = now_ns() - t0;
+	pthread_mutex_lock(&p->lock);
+
+	for (uint32_t i = 0; i < nio; i++) {
+		struct move *x = io[i].user;
+		kvt_lat_record(&nvme->st, io[i].lat_ns);
+		if (x->res == -EBADMSG)
+			p->st.csum_failures++;
+		else if (x->res)
+			p->st.io_errors++;
+	}
+	for (uint32_t i = 0; i < m; i++) {
+		struct move *x = &mv[i];
+		struct page *pg = &p->pages[x->slot];
+		int res = x->res ? x->res : (x->to != NO_FRAME ? rc : 0);
+		pg->state = P_READY;
+		if (res) {
+			if (x->to != NO_FRAME)
+				frame_free(fast, x->to);
+			if (x->hf != NO_FRAME)
+				frame_free(host, x->hf);
+			if (x->via_nvme)
+				page_lose(p, x->slot);	/* the only copy is bad */
+			else
+				pg->err = (int8_t)res;
+		} else {
+			if (x->via_nvme) {
+				place(p, x->slot, KVT_TIER_HOST, x->hf);
+				nvme->st.bytes_out += p->page_bytes;
+				host->st.bytes_in += p->page_bytes;
+				host->st.promotions++;
+			}
+			if (x->to != NO_FRAME) {
+				place(p, x->slot, KVT_TIER_FAST, x->to);
+				host->st.bytes_out += p->page_bytes;
+				fast->st.bytes_in += p->page_bytes;
+				fast->st.promotions++;
+			}
+			set_top(pg);
+			if (pg->flags & PF_PFMOVE)
+				pg->flags |= PF_PREFETCHED;
+		}
+		pg->flags &= ~PF_PFMOVE;
+		if (pg->flags & PF_DOOMED) {
+			pg->flags &= ~PF_DOOMED;
+			page_free(p, x->slot);
+		}
+	}
+	if (target == KVT_TIER_FAST)
+		kvt_lat_record(&fast->st, dt);
+	pthread_cond_broadcast(&p->done);
+	CHECK_INVARIANTS(p);
+}
+
+/* ---------------------------------------------------------------------
+ * The migration thread
+ */
+
+static int run_job(struct kvt_pager *p, struct job *j)
+{
+	int res = 0;
+	for (int ti = j->lo; ti < j->hi; ti++) {
+		int r = evict_out(p, j->pages, j->n, ti);
+		if (r && !res)
+			res = r;
+	}
+	return res;
+}
+
+static void *migrate_main(void *arg)
+{
+	struct kvt_pager *p = arg;
+	struct pref req[MAX_MOVE];
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		struct tier *fast = &p->t[KVT_TIER_FAST];
+		uint64_t now;
+
+		if (p->jobs) {
+			struct job *j = p->jobs;
+			p->jobs = j->next;
+			j->res = run_job(p, j);
+			j->done = 1;
+			pthread_cond_broadcast(&p->done);
+			continue;
+		}
+		if (p->demand.n) {
+			uint32_t n = pq_pop(&p->demand, req, MAX_MOVE);
+			for (uint32_t i = 0; i < n; i++)
+				if (p->pages[req[i].slot].gen == req[i].gen)
+					p->pages[req[i].slot].flags &= ~PF_QDEMAND;
+			promote(p, req, n, 0);
+			continue;
+		}
+		if (fast->waiters && fast->nfree <= fast->wm_min) {
+			uint64_t ev = p->events;
+			if (reclaim(p, KVT_TIER_FAST, fast->wm_min + 1, 0) < 0) {
+				p->alloc_fail++;
+				pthread_cond_broadcast(&p->done);
+				/* Nothing to evict: wait for a pin or a page to go. */
+				while (!p->stop && p->events == ev && fast->waiters && !p->demand.n && !p->jobs)
+					pthread_cond_wait(&p->work, &p->lock);
+			} else {
+				pthread_cond_broadcast(&p->done);
+			}
+			continue;
+		}
+		now = now_ns();
+		int worked = 0;
+		for (int ti = 0; ti < p->last; ti++) {
+			struct tier *t = &p->t[ti];
+			if (t->nfree < t->wm_low && now >= t->retry_ns) {
+				if (reclaim(p, ti, t->wm_high, 0) < 0)
+					t->retry_ns = now_ns() + RETRY_NS;
+				worked = 1;
+			}
+		}
+		if (worked)
+			continue;
+		if (p->prefetch.n) {
+			uint32_t n = pq_pop(&p->prefetch, req, MAX_MOVE), k = 0;
+			for (uint32_t i = 0; i < n; i++) {
+				struct page *pg = &p->pages[req[i].slot];
+				if (pg->gen != req[i].gen)
+					continue;
+				pg->flags &= ~PF_QPREF;
+				if (!(pg->flags & PF_QDEMAND))
+					req[k++] = req[i];
+			}
+			promote(p, req, k, 1);
+			continue;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&p->work, &p->lock, &ts);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Post a job to the migration thread and wait for it (lock held). */
+static int run_job_sync(struct kvt_pager *p, struct job *j)
+{
+	struct job **pp = &p->jobs;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = j;
+	pthread_cond_signal(&p->work);
+	while (!j->done)
+		pthread_cond_wait(&p->done, &p->lock);
+	return j->res;
+}
+
+/* A fast frame for a tail page, from a runtime thread (lock held). Below
+ * the min watermark it waits for reclaim; it fails only when reclaim found
+ * nothing to evict and no frame is left. */
+static uint32_t alloc_tail_frame(struct kvt_pager *p)
+{
+	struct tier *t = &p->t[KVT_TIER_FAST];
+	uint64_t fail0 = p->alloc_fail;
+
+	while (t->nfree <= t->wm_min) {
+		if (p->alloc_fail != fail0) {
+			if (t->nfree)
+				break;
+			return NO_FRAME;
+		}
+		t->waiters++;
+		pthread_cond_signal(&p->work);
+		pthread_cond_wait(&p->done, &p->lock);
+		t->waiters--;
+	}
+	uint32_t f = frame_alloc(t);
+	if (t->nfree < t->wm_low)
+		pthread_cond_signal(&p->work);
+	return f;
+}
+
+/* ---------------------------------------------------------------------
+ * Open and close
+ */
+
+static uint16_t next_tag(void)
+{
+	static uint32_t tags;
+	uint32_t t;
+	do
+		t = __atomic_add_fetch(&tags, 1, __ATOMIC_RELAXED) & 0xffff;
+	while (!t);
+	return (uint16_t)t;
+}
+
+static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
+{
+	struct tier *t = &p->t[ti];
+	const char *spec = p->cfg.tier[ti].policy;
+	uint32_t nw;
+	int r;
+
+	t->id = ti;
+	t->stride = p->page_bytes;
+	t->nframes = (uint32_t)(bytes / t->stride);
+	t->nfree = t->nframes;
+	t->base = base;
+	t->pol = kvt_policy_find(spec);
+	if (!t->pol) {
+		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: no such policy", kvt_tier_name(ti), spec);
+		return -EINVAL;
+	}
+	nw = (t->nframes + 63) / 64;
+	t->freemap = calloc(nw ? nw : 1, sizeof(uint64_t));
+	t->owner = malloc(((size_t)t->nframes + 1) * sizeof(uint32_t));
+	t->meta = calloc((size_t)t->nframes + 1, t->pol->meta_size ? t->pol->meta_size : 1);
+	if (!t->freemap || !t->owner || !t->meta)
+		return -ENOMEM;
+	for (uint32_t f = 0; f < t->nframes; f++) {
+		t->freemap[f / 64] |= 1ull << (f % 64);
+		t->owner[f] = NO_PAGE;
+	}
+	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
+	if (r) {
+		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
+		t->pst = NULL;
+		return r;
+	}
+	const struct kvt_tier_config *tc = &p->cfg.tier[ti];
+	t->wm_min = (uint32_t)((uint64_t)t->nframes * tc->wm_min / 100);
+	t->wm_low = (uint32_t)((uint64_t)t->nframes * tc->wm_low / 100);
+	t->wm_high = (uint32_t)((uint64_t)t->nframes * tc->wm_high / 100);
+	t->st.capacity = t->nframes;
+	t->st.frame_bytes = t->stride;
+	return 0;
+}
+
+static void pager_free(struct kvt_pager *p)
+{
+	if (p->thread_started) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = 1;
+		pthread_cond_signal(&p->work);
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->thread, NULL);
+	}
+	for (uint32_t i = 0; i < p->nseqs; i++) {
+		struct seq *s = p->seqs[i];
+		if (s->lt)
+			for (unsigned l = 0; l < p->cfg.n_layers; l++)
+				free(s->lt[l].pg);
+		free(s->lt);
+		free(s);
+	}
+	free(p->seqs);
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		struct tier *t = &p->t[ti];
+		if (t->pst)
+			t->pol->destroy(t->pst);
+		free(t->freemap);
+		free(t->owner);
+		free(t->meta);
+	}
+	if (p->nvme)
+		kvt_nvme_close(p->nvme);
+	if (p->host.base) {
+		if (p->dev->ops->unregister_host)
+			p->dev->ops->unregister_host(p->dev->ctx, p->host.base);
+		kvt_host_arena_close(&p->host);
+	}
+	if (p->fast_mem)
+		p->dev->ops->free(p->dev->ctx, p->fast_mem, p->fast_bytes);
+	free(p->pages);
+	free(p->demand.v);
+	free(p->prefetch.v);
+	free(p->scratch);
+	free(p->ios);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+	free(p);
+}
+
+KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
+			   struct kvt_pager **out)
+{
+	struct kvt_pager *p;
+	char err[256];
+	uint64_t pb, frames[KVT_NTIERS];
+	int r;
+
+	if (!cfg || !dev || !out)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->cfg = *cfg;
+	p->dev = dev;
+	r = kvt_config_validate(cfg, err, sizeof(err));
+	if (r) {
+		plog(p, KVT_LOG_ERROR, "%s", err);
+		goto fail;
+	}
+	p->tag = next_tag();
+	pb = kvt_config_page_bytes(cfg);
+	p->page_bytes = pb;
+	p->half = pb / 2;
+	p->tok_bytes = (uint64_t)cfg->n_kv_heads * cfg->head_dim * cfg->dtype_bytes;
+	p->target = cfg->host_in_place && dev->ops->host_addressable ? KVT_TIER_HOST
+								       : KVT_TIER_FAST;
+	for (int ti = 0; ti < KVT_NTIERS; ti++)
+		frames[ti] = cfg->tier[ti].bytes / pb;
+	p->last = frames[KVT_TIER_NVME] ? KVT_TIER_NVME : KVT_TIER_HOST;
+	if (frames[0] + frames[1] + frames[2] >= NO_PAGE) {
+		plog(p, KVT_LOG_ERROR, "too many frames: %llu", (unsigned long long)(frames[0] + frames[1] + frames[2]));
+		r = -EINVAL;
+		goto fail;
+	}
+
+	p->fast_bytes = frames[KVT_TIER_FAST] * pb;
+	r = dev->ops->alloc(dev->ctx, p->fast_bytes, &p->fast_mem);
+	if (r) {
+		plog(p, KVT_LOG_ERROR, "fast tier: %s cannot allocate %llu bytes: %s",
+		     dev->ops->name, (unsigned long long)p->fast_bytes, strerror(-r));
+		p->fast_mem = NULL;
+		goto fail;
+	}
+	r = kvt_host_arena_open(&p->host, frames[KVT_TIER_HOST] * pb, cfg->host_hugepages,
+				cfg->host_mlock, cfg->host_numa_node, cfg->host_prefault_threads);
+	if (r) {
+		plog(p, KVT_LOG_ERROR, "host tier: %llu bytes: %s%s%s",
+		     (unsigned long long)(frames[KVT_TIER_HOST] * pb), strerror(-r),
+		     p->host.notes[0] ? ": " : "", p->host.notes);
+		memset(&p->host, 0, sizeof(p->host));
+		goto fail;
+	}
+	if (p->host.notes[0])
+		plog(p, KVT_LOG_INFO, "host tier: %s", p->host.notes);
+	if (dev->ops->register_host) {
+		r = dev->ops->register_host(dev->ctx, p->host.base, p->host.bytes);
+		if (r)
+			plog(p, KVT_LOG_WARN, "host tier: device cannot register it: %s", strerror(-r));
+	}
+	if (p->last == KVT_TIER_NVME) {
+		struct kvt_nvme_opts o = {
+			.path = cfg->nvme_path, .bytes = frames[KVT_TIER_NVME] * pb,
+			.direct = cfg->nvme_direct, .depth = cfg->io_depth,
+			.max_io = cfg->max_io_bytes, .log = cfg->log, .log_arg = cfg->log_arg,
+		};
+		r = kvt_nvme_open(&o, &p->nvme);
+		if (r) {
+			plog(p, KVT_LOG_ERROR, "nvme tier: %s: %s",
+			     cfg->nvme_path[0] ? cfg->nvme_path : "(temp dir)", strerror(-r));
+			p->nvme = NULL;
+			goto fail;
+		}
+		if (kvt_nvme_register_buffers(p->nvme, p->host.base, p->host.bytes))
+			plog(p, KVT_LOG_INFO, "nvme tier: plain buffers (registration refused)");
+	}
+
+	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, p->fast_mem);
+	if (!r)
+		r = tier_init(p, KVT_TIER_HOST, p->host.bytes, p->host.base);
+	if (!r)
+		r = tier_init(p, KVT_TIER_NVME, frames[KVT_TIER_NVME] * pb, NULL);
+	if (r)
+		goto fail;
+
+	p->npages = (uint32_t)(frames[0] + frames[1] + frames[2]);
+	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
+	p->scratch = malloc(MAX_MOVE * sizeof(struct move));
+	p->ios = malloc(MAX_MOVE * sizeof(struct kvt_io));
+	if (!p->pages || !p->scratch || !p->ios) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	p->free_page = NO_PAGE;
+	for (uint32_t s = p->npages; s-- > 0;) {
+		struct page *pg = &p->pages[s];
+		pg->frame[0] = pg->frame[1] = pg->frame[2] = NO_FRAME;
+		pg->next_free = p->free_page;
+		p->free_page = s;
+	}
+	p->free_seq = NO_PAGE;
+
+	r = -pthread_create(&p->thread, NULL, migrate_main, p);
+	if (r)
+		goto fail;
+	p->thread_started = 1;
+	*out = p;
+	return 0;
+fail:
+	pager_free(p);
+	return r;
+}
+
+KVT_API void kvt_pager_close(struct kvt_pager *p)
+{
+	if (p)
+		pager_free(p);
+}
+
+KVT_API size_t kvt_pager_page_bytes(const struct kvt_pager *p)
+{
+	return p->page_bytes;
+}
+
+KVT_API uint64_t kvt_pager_step(struct kvt_pager *p)
+{
+	pthread_mutex_lock(&p->lock);
+	uint64_t s = ++p->step;
+	pthread_mutex_unlock(&p->lock);
+	return s;
+}
+
+/* ---------------------------------------------------------------------
+ * Sequences
+ */
+
+static struct seq *seq_get(struct kvt_pager *p, kvt_seq_t h, int *err)
+{
+	uint32_t slot = (uint32_t)(h & 0xffffff), gen = (uint32_t)(h >> 24) & 0xffffff;
+	struct seq *s;
+
+	if ((uint16_t)(h >> 48) != p->tag || slot >= p->nseqs) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	s = p->seqs[slot];
+	if (!s->open || s->gen != gen) {
+		*err = -ESTALE;
+		return NULL;
+	}
+	return s;
+}
+
+static kvt_seq_t seq_handle(const struct kvt_pager *p, uint32_t slot)
+{
+	return (uint64_t)p->tag << 48 | (uint64_t)(p->seqs[slot]->gen & 0xffffff) << 24 | slot;
+}
+
+static int seq_new(struct kvt_pager *p, uint32_t *slot)
+{
+	struct seq *s;
+	uint32_t i = p->free_seq;
+
+	if (i != NO_PAGE) {
+		s = p->seqs[i];
+		p->free_seq = s->next_free;
+	} else {
+		if (p->nseqs >= 0xffffff)
+			return -EMFILE;
+		struct seq **v = realloc(p->seqs, (p->nseqs + 1) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		p->seqs = v;
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		i = p->nseqs++;
+		p->seqs[i] = s;
+	}
+	s->lt = calloc(p->cfg.n_layers, sizeof(*s->lt));
+	if (!s->lt) {
+		s->next_free = p->free_seq;
+		p->free_seq = i;
+		return -ENOMEM;
+	}
+	s->open = 1;
+	s->parked = 0;
+	s->batches = 0;
+	p->open_seqs++;
+	*slot = i;
+	return 0;
+}
+
+static void seq_free(struct kvt_pager *p, uint32_t i)
+{
+	struct seq *s = p->seqs[i];
+	for (unsigned l = 0; l < p->cfg.n_layers; l++) {
+		struct layer_tab *lt = &s->lt[l];
+		for (uint32_t k = 0; k < lt->n; k++)
+			page_unref(p, lt->pg[k]);
+		free(lt->pg);
+	}
+	free(s->lt);
+	s->lt = NULL;
+	s->open = 0;
+	s->gen = (s->gen + 1) & 0xffffff;
+	s->next_free = p->free_seq;
+	p->free_seq = i;
+	p->open_seqs--;
+	p->events++;
+	pthread_cond_signal(&p->work);
+}
+
+static int lt_push(struct layer_tab *lt, uint32_t slot)
+{
+	if (lt->n == lt->cap) {
+		uint32_t cap = lt->cap ? lt->cap * 2 : 16;
+		uint32_t *v = realloc(lt->pg, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		lt->pg = v;
+		lt->cap = cap;
+	}
+	lt->pg[lt->n++] = slot;
+	return 0;
+}
+
+KVT_API int kvt_seq_open(struct kvt_pager *p, kvt_seq_t *out)
+{
+	uint32_t slot;
+	int r;
+
+	if (!p || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	r = seq_new(p, &slot);
+	if (!r)
+		*out = seq_handle(p, slot);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+KVT_API int kvt_seq_close(struct kvt_pager *p, kvt_seq_t h)
+{
+	int r = 0;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (s && s->batches)
+		r = -EBUSY;
+	else if (s)
+		seq_free(p, (uint32_t)(h & 0xffffff));
+	CHECK_INVARIANTS(p);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* A new tail page for layer tab lt (lock held). */
+static int new_tail(struct kvt_pager *p, struct layer_tab *lt)
+{
+	uint32_t s, f;
+	int r;
+
+	f = alloc_tail_frame(p);
+	if (f == NO_FRAME)
+		return -ENOSPC;
+	s = page_new(p);
+	if (s == NO_PAGE) {
+		frame_free(&p->t[KVT_TIER_FAST], f);
+		return -ENOSPC;
+	}
+	r = lt_push(lt, s);
+	if (r) {
+		frame_free(&p->t[KVT_TIER_FAST], f);
+		p->pages[s].refs = 1;
+		page_unref(p, s);
+		return r;
+	}
+	struct page *pg = &p->pages[s];
+	pg->refs = 1;
+	pg->pins = 1;
+	pg->flags = PF_TAILPIN;
+	place(p, s, KVT_TIER_FAST, f);
+	set_top(pg);
+	return 0;
+}
+
+KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+			   const void *k, const void *v, unsigned ntok)
+{
+	const uint8_t *kb = k, *vb = v;
+	int r = 0;
+
+	if (!p || (ntok && (!k || !v)))
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s)
+		goto out;
+	if (layer >= p->cfg.n_layers) {
+		r = -EINVAL;
+		goto out;
+	}
+	if (s->parked) {
+		r = -EBUSY;
+		goto out;
+	}
+	while (ntok) {
+		struct layer_tab *lt = &s->lt[layer];
+		struct page *pg = lt->n ? &p->pages[lt->pg[lt->n - 1]] : NULL;
+		if (!pg || (pg->flags & PF_SEALED)) {
+			r = new_tail(p, lt);
+			if (r)
+				goto out;
+			/* The lock may have been dropped: the table may have moved. */
+			pg = &p->pages[lt->pg[lt->n - 1]];
+		}
+		uint32_t slot = lt->pg[lt->n - 1];
+		/* The tail changes: copies below it are stale now. */
+		for (int ti = KVT_TIER_HOST; ti < KVT_NTIERS; ti++)
+			if (pg->frame[ti] != NO_FRAME)
+				unplace(p, slot, ti, 0, 0);
+		unsigned n = p->cfg.page_tokens - pg->ntok;
+		if (n > ntok)
+			n = ntok;
+		uint8_t *dst = frame_ptr(&p->t[KVT_TIER_FAST], pg->frame[KVT_TIER_FAST]);
+		uint64_t off = pg->ntok * p->tok_bytes, len = n * p->tok_bytes;
+		/* The tail is pinned: its frame cannot move while we copy. */
+		pthread_mutex_unlock(&p->lock);
+		if (p->dev->ops->host_visible) {
+			memcpy(dst + off, kb, len);
+			memcpy(dst + p->half + off, vb, len);
+		} else {
+			r = kvt_dev_copy(p->dev, dst + off, kb, len, KVT_H2D);
+			if (!r)
+				r = kvt_dev_copy(p->dev, dst + p->half + off, vb, len, KVT_H2D);
+		}
+		pthread_mutex_lock(&p->lock);
+		if (r)
+			goto out;
+		pg = &p->pages[slot];
+		pg->ntok += n;
+		lt->ntok += n;
+		kb += len;
+		vb += len;
+		ntok -= n;
+		if (pg->ntok == p->cfg.page_tokens) {
+			pg->flags |= PF_SEALED;
+			if (pg->flags & PF_TAILPIN) {
+				pg->flags &= ~PF_TAILPIN;
+				unpin(p, slot);
+			}
+		}
+	}
+out:
+	CHECK_INVARIANTS(p);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+KVT_API int kvt_seq_tokens(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
+{
+	int r = 0;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (s)
+		r = layer < p->cfg.n_layers ? (int)s->lt[layer].ntok : -EINVAL;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+KVT_API int kvt_seq_pages(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
+{
+	int r = 0;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (s)
+		r = layer < p->cfg.n_layers ? (int)s->lt[layer].n : -EINVAL;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* ---------------------------------------------------------------------
+ * Acquire
+ */
+
+/* Pin a page that is readable at `target` (or above) and fill e. */
+static int try_pin(struct kvt_pager *p, struct entry *e, int target)
+{
+	struct page *pg = &p->pages[e->slot];
+	int ti;
+
+	if (pg->state != P_READY)
+		return 0;
+	if (pg->frame[KVT_TIER_FAST] != NO_FRAME)
+		ti = KVT_TIER_FAST;
+	else if (target == KVT_TIER_HOST && pg->frame[KVT_TIER_HOST] != NO_FRAME)
+		ti = KVT_TIER_HOST;
+	else
+		return 0;
+	pg->pins++;
+	e->pinned = 1;
+	e->tier = (int8_t)ti;
+	e->ptr = frame_ptr(&p->t[ti], pg->frame[ti]);
+	e->ntok = pg->ntok;
+	touch(p, e->slot, ti);
+	if (pg->flags & PF_PREFETCHED) {
+		pg->flags &= ~PF_PREFETCHED;
+		p->st.prefetch_hit++;
+	}
+	return 1;
+}
+
+static void count_lookup(struct kvt_pager *p, const struct page *pg)
+{
+	int top = pg->state == P_LOST ? KVT_NTIERS : pg->top;
+	for (int ti = 0; ti <= p->last; ti++) {
+		if (top == ti) {
+			p->t[ti].st.hits++;
+			break;
+		}
+		p->t[ti].st.misses++;
+	}
+}
+
+static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint32_t *pages,
+		   unsigned n, int target, int ahead, struct kvt_batch **out)
+{
+	struct kvt_batch *b = NULL;
+	int r = 0;
+
+	if (!p || !out)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s)
+		goto out;
+	if (layer >= p->cfg.n_layers) {
+		r = -EINVAL;
+		goto out;
+	}
+	struct layer_tab *lt = &s->lt[layer];
+	if (!pages)
+		n = lt->n;
+	for (unsigned i = 0; pages && i < n; i++)
+		if (pages[i] >= lt->n) {
+			r = -EINVAL;
+			goto out;
+		}
+	b = malloc(sizeof(*b) + (size_t)n * (sizeof(struct entry) + 2 * sizeof(uint32_t)));
+	if (!b) {
+		r = -ENOMEM;
+		goto out;
+	}
+	*b = (struct kvt_batch){ .p = p, .seq = (uint32_t)(h & 0xffffff), .n = n, .target = target };
+	b->e = (struct entry *)(b + 1);
+	b->ready = (uint32_t *)(b->e + n);
+	b->pend = b->ready + n;
+
+	int queued = 0;
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t idx = pages ? pages[i] : i, slot = lt->pg[idx];
+		struct page *pg = &p->pages[slot];
+		struct entry *e = &b->e[i];
+		*e = (struct entry){ .slot = slot, .gen = pg->gen, .index = idx };
+		count_lookup(p, pg);
+		if (try_pin(p, e, target)) {
+			b->ready[b->nready++] = i;
+			continue;
+		}
+		if (pg->state == P_LOST) {
+			e->err = -EIO;
+			b->ready[b->nready++] = i;
+			continue;
+		}
+		if ((pg->flags & (PF_PFMOVE | PF_QPREF))) {
+			p->st.prefetch_late++;
+			pg->flags &= ~PF_PFMOVE;
+		}
+		if (pg->state == P_READY) {
+			queue_demand(p, slot);
+			queued = 1;
+		}
+		b->pend[b->npend++] = i;
+	}
+	/* Layer-ahead prefetch: the same pages of the next layers. */
+	for (unsigned d = 1; ahead && d <= p->cfg.prefetch_depth && layer + d < p->cfg.n_layers; d++) {
+		struct layer_tab *nl = &s->lt[layer + d];
+		for (unsigned i = 0; i < n; i++) {
+			uint32_t idx = pages ? pages[i] : i;
+			if (idx < nl->n) {
+				queue_prefetch(p, nl->pg[idx]);
+				queued = 1;
+			}
+		}
+	}
+	if (queued)
+		pthread_cond_signal(&p->work);
+	s->batches++;
+	*out = b;
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+KVT_API int kvt_acquire(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
+			const uint32_t *pages, unsigned n, struct kvt_batch **out)
+{
+	return acquire(p, s, layer, pages, n, p ? p->target : 0, 1, out);
+}
+
+/* Move pending entries that have become ready (or failed) to ready[]
+ * (lock held). Returns how many moved. */
+static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
+{
+	uint32_t moved = 0, k = 0;
+
+	for (uint32_t j = 0; j < b->npend; j++) {
+		uint32_t i = b->pend[j];
+		struct entry *e = &b->e[i];
+		struct page *pg = &p->pages[e->slot];
+		if (try_pin(p, e, b->target)) {
+			b->ready[b->nready++] = i;
+			moved++;
+			continue;
+		}
+		if (pg->state == P_LOST) {
+			e->err = -EIO;
+			b->ready[b->nready++] = i;
+			moved++;
+			continue;
+		}
+		if (pg->state == P_READY && pg->err && !(pg->flags & PF_QDEMAND)) {
+			if (give_up) {
+				e->err = pg->err;
+				pg->err = 0;
+				b->ready[b->nready++] = i;
+				moved++;
+				continue;
+			}
+		}
+		if (pg->state == P_READY && !(pg->flags & PF_QDEMAND) && (!pg->err || !give_up)) {
+			/* Not where we need it and not queued (it failed to get a
+			 * frame, or was evicted again): ask again. */
+			pg->err = 0;
+			queue_demand(p, e->slot);
+			pthread_cond_signal(&p->work);
+		}
+		b->pend[k++] = i;
+	}
+	b->npend = k;
+	return moved;
+}
+
+static void unpin_consumed(struct kvt_pager *p, struct kvt_batch *b)
+{
+	for (; b->unpinned < b->rpos; b->unpinned++) {
+		struct entry *e = &b->e[b->ready[b->unpinned]];
+		if (e->pinned) {
+			e->pinned = 0;
+			unpin(p, e->slot);
+		}
+	}
+}
+
+KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
+{
+	struct kvt_pager *p;
+
+	if (!b || !view)
+		return -EINVAL;
+	p = b->p;
+	if (b->rpos == b->nready) {
+		if (!b->npend)
+			return 0;
+		uint64_t t0 = now_ns(), ev = 0;
+		int give_up = 0;
+		pthread_mutex_lock(&p->lock);
+		unpin_consumed(p, b);
+		ev = p->events;
+		while (!collect(p, b, give_up)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += (long)ENOSPC_WAIT_NS;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			int w = pthread_cond_timedwait(&p->done, &p->lock, &ts);
+			/* A promotion that failed for want of a frame is retried
+			 * while pins keep dropping; after a quiet wait it is
+			 * reported. */
+			give_up = w == ETIMEDOUT && p->events == ev;
+			ev = p->events;
+		}
+		p->st.stall_ns += now_ns() - t0;
+		pthread_mutex_unlock(&p->lock);
+	}
+	struct entry *e = &b->e[b->ready[b->rpos++]];
+	view->page = e->index;
+	view->id = (uint64_t)e->gen << 32 | e->slot;
+	if (e->err) {
+		view->k = view->v = NULL;
+		view->ntok = 0;
+		view->tier = 0;
+		return e->err;
+	}
+	view->k = e->ptr;
+	view->v = e->ptr + p->half;
+	view->ntok = e->ntok;
+	view->tier = (uint8_t)e->tier;
+	b->handed++;
+	b->in_place += e->tier == KVT_TIER_HOST;
+	return 1;
+}
+
+KVT_API void kvt_batch_release(struct kvt_batch *b)
+{
+	if (!b)
+		return;
+	struct kvt_pager *p = b->p;
+	pthread_mutex_lock(&p->lock);
+	for (uint32_t j = b->unpinned; j < b->nready; j++) {
+		struct entry *e = &b->e[b->ready[j]];
+		if (e->pinned)
+			unpin(p, e->slot);
+	}
+	p->seqs[b->seq]->batches--;
+	p->st.acquires += b->handed;
+	p->st.host_in_place += b->in_place;
+	pthread_mutex_unlock(&p->lock);
+	free(b);
+}
+
+KVT_API int kvt_prefetch(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+			 const uint32_t *pages, unsigned n)
+{
+	int r = 0;
+	if (!p)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s)
+		goto out;
+	if (layer >= p->cfg.n_layers) {
+		r = -EINVAL;
+		goto out;
+	}
+	struct layer_tab *lt = &s->lt[layer];
+	if (!pages)
+		n = lt->n;
+	for (unsigned i = 0; pages && i < n; i++)
+		if (pages[i] >= lt->n) {
+			r = -EINVAL;
+			goto out;
+		}
+	for (unsigned i = 0; i < n; i++)
+		queue_prefetch(p, lt->pg[pages ? pages[i] : i]);
+	pthread_cond_signal(&p->work);
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* ---------------------------------------------------------------------
+ * Fork, park, resume, drain
+ */
+
+KVT_API int kvt_seq_fork(struct kvt_pager *p, kvt_seq_t h, unsigned ntok, kvt_seq_t *out)
+{
+	uint32_t cslot;
+	unsigned pt;
+	int r = 0;
+
+	if (!p || !out)
+		return -EINVAL;
+	pt = p->cfg.page_tokens;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s)
+		goto unlock;
+	for (unsigned l = 0; l < p->cfg.n_layers; l++)
+		if (ntok > s->lt[l].ntok) {
+			r = -EINVAL;
+			goto unlock;
+		}
+	r = seq_new(p, &cslot);
+	if (r)
+		goto unlock;
+	s = p->seqs[(uint32_t)(h & 0xffffff)];
+	struct seq *c = p->seqs[cslot];
+	for (unsigned l = 0; l < p->cfg.n_layers && !r; l++) {
+		for (unsigned i = 0; i < ntok / pt; i++) {
+			uint32_t slot = s->lt[l].pg[i];
+			r = lt_push(&c->lt[l], slot);
+			if (r)
+				break;
+			p->pages[slot].refs++;
+		}
+		c->lt[l].ntok = (ntok / pt) * pt;
+	}
+	kvt_seq_t child = seq_handle(p, cslot);
+	pthread_mutex_unlock(&p->lock);
+
+	/* The partial page at the boundary is copied into the child's tail. */
+	for (unsigned l = 0; l < p->cfg.n_layers && !r && ntok % pt; l++) {
+		uint32_t idx = ntok / pt;
+		struct kvt_batch *b;
+		struct kvt_view v;
+		r = acquire(p, h, l, &idx, 1, p->target, 0, &b);
+		if (r)
+			break;
+		r = kvt_batch_next(b, &v);
+		if (r == 1)
+			r = kvt_seq_append(p, child, l, v.k, v.v, ntok % pt);
+		else if (r == 0)
+			r = -EIO;
+		kvt_batch_release(b);
+	}
+	if (r) {
+		kvt_seq_close(p, child);
+		return r;
+	}
+	*out = child;
+	return 0;
+unlock:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* Every page of the sequence as (slot, gen) references (lock held). */
+static int seq_refs(struct kvt_pager *p, struct seq *s, struct job *j)
+{
+	uint32_t n = 0;
+	for (unsigned l = 0; l < p->cfg.n_layers; l++)
+		n += s->lt[l].n;
+	j->pages = malloc((n ? n : 1) * sizeof(*j->pages));
+	if (!j->pages)
+		return -ENOMEM;
+	j->n = 0;
+	for (unsigned l = 0; l < p->cfg.n_layers; l++)
+		for (uint32_t i = 0; i < s->lt[l].n; i++) {
+			uint32_t slot = s->lt[l].pg[i];
+			j->pages[j->n++] = (struct pref){ slot, p->pages[slot].gen };
+		}
+	return 0;
+}
+
+KVT_API int kvt_seq_park(struct kvt_pager *p, kvt_seq_t h)
+{
+	struct job j = { .kind = JOB_DEMOTE };
+	int r = 0;
+
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s || s->parked)
+		goto out;
+	if (s->batches) {
+		r = -EBUSY;
+		goto out;
+	}
+	s->parked = 1;
+	for (unsigned l = 0; l < p->cfg.n_layers; l++) {
+		struct layer_tab *lt = &s->lt[l];
+		if (lt->n) {
+			uint32_t slot = lt->pg[lt->n - 1];
+			if (p->pages[slot].flags & PF_TAILPIN) {
+				p->pages[slot].flags &= ~PF_TAILPIN;
+				unpin(p, slot);
+			}
+		}
+	}
+	r = seq_refs(p, s, &j);
+	if (r)
+		goto out;
+	j.lo = 0;
+	j.hi = p->last;
+	r = run_job_sync(p, &j);
+	free(j.pages);
+	/* Shared pages pinned by another sequence's batch stay up: fine. */
+	if (r == -EBUSY)
+		r = 0;
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (!s || !s->parked) {
+		pthread_mutex_unlock(&p->lock);
+		return r;
+	}
+	pthread_mutex_unlock(&p->lock);
+
+	/* Tails first, synchronously, and pinned again. */
+	for (unsigned l = 0; l < p->cfg.n_layers && !r; l++) {
+		pthread_mutex_lock(&p->lock);
+		struct layer_tab *lt = &s->lt[l];
+		uint32_t idx = lt->n ? lt->n - 1 : 0;
+		int partial = lt->n && !(p->pages[lt->pg[idx]].flags & PF_SEALED);
+		pthread_mutex_unlock(&p->lock);
+		if (!partial)
+			continue;
+		struct kvt_batch *b;
+		struct kvt_view v;
+		r = acquire(p, h, l, &idx, 1, KVT_TIER_FAST, 0, &b);
+		if (r)
+			break;
+		r = kvt_batch_next(b, &v);
+		if (r == 1) {
+			pthread_mutex_lock(&p->lock);
+			struct page *pg = &p->pages[b->e[0].slot];
+			pg->pins++;
+			pg->flags |= PF_TAILPIN;
+			pthread_mutex_unlock(&p->lock);
+			r = 0;
+		} else if (r == 0) {
+			r = -EIO;
+		}
+		kvt_batch_release(b);
+	}
+	if (r)
+		return r;
+	pthread_mutex_lock(&p->lock);
+	s->parked = 0;
+	for (unsigned l = 0; l < p->cfg.n_layers; l++)
+		for (uint32_t i = 0; i < s->lt[l].n; i++)
+			queue_prefetch(p, s->lt[l].pg[i]);
+	pthread_cond_signal(&p->work);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+KVT_API int kvt_pager_drain(struct kvt_pager *p, int tier)
+{
+	struct job j = { .kind = JOB_DEMOTE, .lo = tier, .hi = tier + 1 };
+	int r;
+
+	if (!p || tier < 0 || tier >= p->last)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	struct tier *t = &p->t[tier];
+	j.pages = malloc(((size_t)t->nframes + 1) * sizeof(*j.pages));
+	if (!j.pages) {
+		pthread_mutex_unlock(&p->lock);
+		return -ENOMEM;
+	}
+	for (uint32_t f = 0; f < t->nframes; f++)
+		if (t->owner[f] != NO_PAGE)
+			j.pages[j.n++] = (struct pref){ t->owner[f], p->pages[t->owner[f]].gen };
+	r = run_job_sync(p, &j);
+	free(j.pages);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* ---------------------------------------------------------------------
+ * Stats and the invariant check
+ */
+
+KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
+{
+	struct kvt_nvme_info ni;
+
+	if (!p || !st)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	*st = p->st;
+	st->step = p->step;
+	st->seqs = p->open_seqs;
+	st->pages = p->live_pages;
+	st->nvme_paused = now_ns() < p->nvme_paused_until;
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		st->tier[ti] = p->t[ti].st;
+		st->tier[ti].used = p->t[ti].nframes - p->t[ti].nfree;
+	}
+	pthread_mutex_unlock(&p->lock);
+	st->host_hugepages = p->host.hugepages;
+	st->host_mlocked = p->host.mlocked;
+	st->host_numa_node = p->host.numa_node;
+	st->host_overhead_bytes = p->host.mapped - p->host.bytes;
+	snprintf(st->host_notes, sizeof(st->host_notes), "%s", p->host.notes);
+	if (p->nvme) {
+		kvt_nvme_info(p->nvme, &ni);
+		st->nvme_direct = ni.direct;
+		st->nvme_registered_files = ni.registered_files;
+		st->nvme_registered_buffers = ni.registered_buffers;
+		st->short_ios = ni.short_ios;
+		snprintf(st->nvme_notes, sizeof(st->nvme_notes), "%s", ni.notes);
+	}
+	return 0;
+}
+
+#define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return -EUCLEAN; } while (0)
+
+int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
+{
+	uint32_t live = 0;
+
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		struct tier *t = &p->t[ti];
+		uint32_t nfree = 0;
+		for (uint32_t f = 0; f < t->nframes; f++) {
+			int isfree = t->freemap[f / 64] >> (f % 64) & 1;
+			nfree += isfree;
+			if (isfree != (t->owner[f] == NO_PAGE))
+				BAD("%s frame %u: free bit %d but owner %u", kvt_tier_name(ti), f, isfree, t->owner[f]);
+			if (isfree)
+				continue;
+			struct page *pg = &p->pages[t->owner[f]];
+			if (pg->state == P_FREE)
+				BAD("%s frame %u owned by free page %u", kvt_tier_name(ti), f, t->owner[f]);
+			if (pg->state != P_MOVING && pg->frame[ti] != f)
+				BAD("%s frame %u: page %u says frame %u", kvt_tier_name(ti), f, t->owner[f], pg->frame[ti]);
+		}
+		if (nfree != t->nfree)
+			BAD("%s: %u free frames counted, %u recorded", kvt_tier_name(ti), nfree, t->nfree);
+	}
+	for (uint32_t s = 0; s < p->npages; s++) {
+		struct page *pg = &p->pages[s];
+		if (pg->state == P_FREE) {
+			if (copies(pg))
+				BAD("free page %u holds frames", s);
+			continue;
+		}
+		live++;
+		if (!pg->refs)
+			BAD("page %u live with no references", s);
+		for (int ti = 0; ti < KVT_NTIERS; ti++)
+			if (pg->frame[ti] != NO_FRAME && p->t[ti].owner[pg->frame[ti]] != s)
+				BAD("page %u: %s frame %u owned by %u", s, kvt_tier_name(ti), pg->frame[ti],
+				    p->t[ti].owner[pg->frame[ti]]);
+		if (pg->state == P_READY) {
+			if (!copies(pg))
+				BAD("page %u ready with no copy", s);
+			unsigned top = pg->frame[0] != NO_FRAME ? 0 : pg->frame[1] != NO_FRAME ? 1 : 2;
+			if (pg->top != top)
+				BAD("page %u: top %u, first copy in %u", s, pg->top, top);
+		}
+		if (pg->state == P_LOST && copies(pg))
+			BAD("lost page %u holds frames", s);
+		if ((pg->flags & PF_TAILPIN) &&
+		    (!pg->pins || (pg->flags & PF_SEALED) ||
+		     (pg->state == P_READY && pg->frame[KVT_TIER_FAST] == NO_FRAME)))
+			BAD("tail page %u: pins %u flags %#x, not pinned in the fast tier", s, pg->pins, pg->flags);
+	}
+	if (live != p->live_pages)
+		BAD("%u live pages counted, %u recorded", live, p->live_pages);
+	/* References held by the sequences' tables. */
+	uint32_t *refs = calloc(p->npages + 1, sizeof(*refs));
+	if (!refs)
+		return 0;
+	for (uint32_t i = 0; i < p->nseqs; i++) {
+		struct seq *q = p->seqs[i];
+		if (!q->open)
+			continue;
+		for (unsigned l = 0; l < p->cfg.n_layers; l++)
+			for (uint32_t k = 0; k < q->lt[l].n; k++)
+				refs[q->lt[l].pg[k]]++;
+	}
+	for (uint32_t s = 0; s < p->npages; s++)
+		if (p->pages[s].state != P_FREE && refs[s] != p->pages[s].refs) {
+			snprintf(err, errlen, "page %u: %u references held, %u recorded", s, refs[s],
+				 p->pages[s].refs);
+			free(refs);
+			return -EUCLEAN;
+		}
+	free(refs);
+	return 0;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/* Statistics: latency buckets and the JSON form of struct kvt_stats. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "pager/internal.h"
+
+KVT_API const char *kvt_tier_name(int tier)
+{
+	static const char *const names[KVT_NTIERS] = { "fast", "host", "nvme" };
+	return tier >= 0 && tier < KVT_NTIERS ? names[tier] : "?";
+}
+
+void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = us ? 64 - (unsigned)__builtin_clzll(us) : 0;	/* bucket b: us < 2^b */
+
+	if (b >= KVT_LAT_BUCKETS)
+		b = KVT_LAT_BUCKETS - 1;
+	st->lat_hist[b]++;
+	st->io_count++;
+	st->io_ns_total += ns;
+	if (ns > st->io_ns_max)
+		st->io_ns_max = ns;
+}
+
+struct out {
+	char *buf;
+	size_t len, pos;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	size_t room = o->pos < o->len ? o->len - o->pos : 0;
+	va_start(ap, fmt);
+	int n = vsnprintf(o->buf + (room ? o->pos : 0), room, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		o->pos += (size_t)n;
+}
+
+/* A JSON string: notes come from strerror and paths. */
+static void put_str(struct out *o, const char *s)
+{
+	put(o, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			put(o, "\\%c", c);
+		else if (c < 0x20)
+			put(o, "\\u%04x", c);
+		else
+			put(o, "%c", c);
+	}
+	put(o, "\"");
+}
+
+#define U(name, v) put(&o, "\"%s\":%llu,", name, (unsigned long long)(v))
+
+KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0 };
+	char dummy[1];
+
+	if (!buf || !len) {
+		o.buf = dummy;
+		o.len = 0;
+	}
+	put(&o, "{");
+	U("step", st->step);
+	U("seqs", st->seqs);
+	U("pages", st->pages);
+	U("acquires", st->acquires);
+	U("host_in_place", st->host_in_place);
+	put(&o, "\"prefetch\":{");
+	U("issued", st->prefetch_issued);
+	U("hit", st->prefetch_hit);
+	U("late", st->prefetch_late);
+	U("wasted", st->prefetch_wasted);
+	put(&o, "\"dropped\":%llu},", (unsigned long long)st->prefetch_dropped);
+	U("lost_pages", st->lost_pages);
+	U("csum_failures", st->csum_failures);
+	U("io_errors", st->io_errors);
+	U("short_ios", st->short_ios);
+	U("enospc", st->enospc);
+	U("stall_ns", st->stall_ns);
+	put(&o, "\"nvme\":{\"paused\":%d,\"direct\":%d,\"registered_files\":%d,"
+		"\"registered_buffers\":%d,\"notes\":", st->nvme_paused, st->nvme_direct,
+	    st->nvme_registered_files, st->nvme_registered_buffers);
+	put_str(&o, st->nvme_notes);
+	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
+	put(&o, "},\"host\":{\"hugepages\":\"%s\",\"mlocked\":%d,\"numa_node\":%d,"
+		"\"overhead_bytes\":%llu,\"notes\":",
+	    huge[st->host_hugepages & 3], st->host_mlocked, st->host_numa_node,
+	    (unsigned long long)st->host_overhead_bytes);
+	put_str(&o, st->host_notes);
+	put(&o, "},\"tiers\":{");
+	for (int t = 0; t < KVT_NTIERS; t++) {
+		const struct kvt_tier_stats *ts = &st->tier[t];
+		put(&o, "%s\"%s\":{", t ? "," : "", kvt_tier_name(t));
+		U("capacity", ts->capacity);
+		U("used", ts->used);
+		U("frame_bytes", ts->frame_bytes);
+		U("hits", ts->hits);
+		U("misses", ts->misses);
+		U("promotions", ts->promotions);
+		U("demotions", ts->demotions);
+		U("drops", ts->drops);
+		U("bytes_in", ts->bytes_in);
+		U("bytes_out", ts->bytes_out);
+		U("io_count", ts->io_count);
+		U("io_ns_total", ts->io_ns_total);
+		U("io_ns_max", ts->io_ns_max);
+		put(&o, "\"lat_hist_log2_us\":[");
+		for (int b = 0; b < KVT_LAT_BUCKETS; b++)
+			put(&o, "%s%llu", b ? "," : "", (unsigned long long)ts->lat_hist[b]);
+		put(&o, "]}");
+	}
+	put(&o, "}}");
+	if (o.pos >= len)
+		return -ENOSPC;
+	return (int)o.pos;
+}
