@@ -45,6 +45,7 @@ struct page {
 	uint32_t gen;		/* bumped when the slot is freed */
 	uint32_t refs;		/* sequences whose tables hold it */
 	uint32_t pins;		/* batch pins + the tail pin */
+	uint32_t want;		/* batches waiting for it: not a victim either */
 	uint32_t ntok;		/* valid tokens */
 	uint8_t	 state;		/* enum page_state */
 	uint8_t	 top;		/* tier of the authoritative copy */

@@ -350,7 +350,7 @@ static int unevictable(void *arg, uint64_t key)
 {
 	const struct vctx *c = arg;
 	const struct page *pg = &c->p->pages[key];
-	return pg->state != P_READY || pg->pins ||
+	return pg->state != P_READY || pg->pins || pg->want ||
 	       (copies(pg) == 1 && c->tier == c->p->last);
 }
 
@@ -1445,6 +1445,7 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 			queue_demand(p, slot);
 			queued = 1;
 		}
+		pg->want++;
 		b->pend[b->npend++] = i;
 	}
 	/* Layer-ahead prefetch: the same pages of the next layers. */
@@ -1484,24 +1485,25 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
 		struct entry *e = &b->e[i];
 		struct page *pg = &p->pages[e->slot];
 		if (try_pin(p, e, b->target)) {
+			pg->want--;
 			b->ready[b->nready++] = i;
 			moved++;
 			continue;
 		}
 		if (pg->state == P_LOST) {
+			pg->want--;
 			e->err = -EIO;
 			b->ready[b->nready++] = i;
 			moved++;
 			continue;
 		}
-		if (pg->state == P_READY && pg->err && !(pg->flags & PF_QDEMAND)) {
-			if (give_up) {
-				e->err = pg->err;
-				pg->err = 0;
-				b->ready[b->nready++] = i;
-				moved++;
-				continue;
-			}
+		if (pg->state == P_READY && pg->err && !(pg->flags & PF_QDEMAND) && give_up) {
+			pg->want--;
+			e->err = pg->err;
+			pg->err = 0;
+			b->ready[b->nready++] = i;
+			moved++;
+			continue;
 		}
 		if (pg->state == P_READY && !(pg->flags & PF_QDEMAND) && (!pg->err || !give_up)) {
 			/* Not where we need it and not queued (it failed to get a
@@ -1534,6 +1536,13 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 	if (!b || !view)
 		return -EINVAL;
 	p = b->p;
+	if (b->rpos - b->unpinned >= 32 && b->rpos < b->nready) {
+		/* Hand consumed pages back now and then, so a large batch does
+		 * not hold the tier for its whole run. */
+		pthread_mutex_lock(&p->lock);
+		unpin_consumed(p, b);
+		pthread_mutex_unlock(&p->lock);
+	}
 	if (b->rpos == b->nready) {
 		if (!b->npend)
 			return 0;
@@ -1589,6 +1598,8 @@ KVT_API void kvt_batch_release(struct kvt_batch *b)
 		if (e->pinned)
 			unpin(p, e->slot);
 	}
+	for (uint32_t j = 0; j < b->npend; j++)
+		p->pages[b->e[b->pend[j]].slot].want--;
 	p->seqs[b->seq]->batches--;
 	p->st.acquires += b->handed;
 	p->st.host_in_place += b->in_place;

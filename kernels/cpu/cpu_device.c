@@ -55,31 +55,34 @@ static void sleep_until(uint64_t t)
 		;
 }
 
+/* The copy thread reads the ring without the lock: a producer fills an
+ * entry before it publishes head (release), and the thread publishes tail
+ * (release) after each copy. The lock is only for sleeping and waking. */
 static void *copy_thread(void *arg)
 {
 	struct engine *e = arg;
 	uint64_t busy_until = 0;
 
-	pthread_mutex_lock(&e->lock);
 	for (;;) {
-		while (e->tail + 1 == e->head && !e->stop) {
-			/* Spin a little before sleeping: back-to-back copies of
-			 * small pages would otherwise pay a wake-up each. */
-			pthread_mutex_unlock(&e->lock);
-			for (int i = 0; i < 2000 && __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == e->tail + 1; i++)
+		uint64_t tail = __atomic_load_n(&e->tail, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 1) {
+			/* Spin a little before sleeping: back-to-back copies
+			 * of small pages would otherwise pay a wake-up each. */
+			for (int i = 0; i < 4000 && __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 1; i++)
 				__builtin_ia32_pause();
 			pthread_mutex_lock(&e->lock);
-			if (e->tail + 1 != e->head || e->stop)
+			while (e->head == tail + 1 && !e->stop) {
+				e->sleeping = 1;
+				pthread_cond_wait(&e->work, &e->lock);
+				e->sleeping = 0;
+			}
+			int stop = e->head == tail + 1 && e->stop;
+			pthread_mutex_unlock(&e->lock);
+			if (stop)
 				break;
-			e->sleeping = 1;
-			pthread_cond_wait(&e->work, &e->lock);
-			e->sleeping = 0;
+			continue;
 		}
-		if (e->tail + 1 == e->head && e->stop)
-			break;
-		struct copy c = e->q[(e->tail + 1) % QLEN];
-		pthread_mutex_unlock(&e->lock);
-
+		struct copy c = e->q[(tail + 1) % QLEN];
 		memcpy(c.dst, c.src, c.bytes);
 		if (e->ns_per_byte > 0) {
 			uint64_t t = now_ns();
@@ -88,13 +91,15 @@ static void *copy_thread(void *arg)
 			busy_until += (uint64_t)(c.bytes * e->ns_per_byte);
 			sleep_until(busy_until);
 		}
-
-		pthread_mutex_lock(&e->lock);
-		__atomic_store_n(&e->tail, e->tail + 1, __ATOMIC_RELEASE);
-		if (e->waiters)
+		/* seq_cst pairs with the waiters' increment then re-check:
+		 * either they see the new tail or we see them. */
+		__atomic_store_n(&e->tail, tail + 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&e->waiters, __ATOMIC_SEQ_CST)) {
+			pthread_mutex_lock(&e->lock);
 			pthread_cond_broadcast(&e->done);
+			pthread_mutex_unlock(&e->lock);
+		}
 	}
-	pthread_mutex_unlock(&e->lock);
 	return NULL;
 }
 
@@ -124,10 +129,11 @@ static int cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
 		return -EINVAL;
 	e = &d->e[dir];
 	pthread_mutex_lock(&e->lock);
-	while (e->head - e->tail > QLEN - 1) {
-		e->waiters++;
-		pthread_cond_wait(&e->done, &e->lock);
-		e->waiters--;
+	while (e->head - __atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) > QLEN - 1) {
+		__atomic_add_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
+		if (e->head - __atomic_load_n(&e->tail, __ATOMIC_SEQ_CST) > QLEN - 1)
+			pthread_cond_wait(&e->done, &e->lock);
+		__atomic_sub_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
 	}
 	e->q[e->head % QLEN] = (struct copy){ dst, src, bytes };
 	*fence = e->head << 1 | (uint64_t)dir;
@@ -156,10 +162,11 @@ static int cpu_fence_wait(void *ctx, uint64_t fence)
 		__builtin_ia32_pause();
 	}
 	pthread_mutex_lock(&e->lock);
-	while (e->tail < fence >> 1) {
-		e->waiters++;
-		pthread_cond_wait(&e->done, &e->lock);
-		e->waiters--;
+	while (__atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) < fence >> 1) {
+		__atomic_add_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&e->tail, __ATOMIC_SEQ_CST) < fence >> 1)
+			pthread_cond_wait(&e->done, &e->lock);
+		__atomic_sub_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&e->lock);
 	return 0;

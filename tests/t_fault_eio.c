@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A failed NVMe read loses exactly that page: every page of a sequence is
+ * pushed to NVMe, reads are made to fail (every Nth completes with -EIO,
+ * or, built as t_fault_flip, every Nth has one bit flipped so that its
+ * XXH3 check fails), and every page is acquired.
+ *  - the pages whose reads failed, and only they, come back as -EIO
+ *    (view.page naming them), every other page is bit-exact;
+ *  - stats: lost_pages == the number of -EIO pages, io_errors (EIO) or
+ *    csum_failures (flip) count the failed reads;
+ *  - the invariant check passes;
+ *  - lost is permanent: with the fault cleared a second pass reports the
+ *    same pages -EIO and serves the rest;
+ *  - closing the sequence frees everything, lost pages included.
+ */
+#include <errno.h>
+#include <time.h>
+#include "common.h"
+#include "pager/internal.h"
+
+#ifndef FAULT_FLIP
+#define FAULT_FLIP 0
+#endif
+
+#define LAYERS	2u
+#define NPG	60u	/* full pages per layer */
+#define EVERY	5u	/* every EVERY-th read fails */
+#define SEED	11u
+
+static void check_inv(struct kvt_pager *p)
+{
+	char err[256];
+
+	pthread_mutex_lock(&p->lock);
+	int r = kvt_pager_check(p, err, sizeof(err));
+	pthread_mutex_unlock(&p->lock);
+	if (r) {
+		fprintf(stderr, "invariant: %s\n", err);
+		exit(1);
+	}
+}
+
+/* Wait until no page is MOVING (lock held on return): the migration
+ * thread is then outside any transfer, and pages freed while in flight
+ * have been freed. */
+static void quiesce_locked(struct kvt_pager *p)
+{
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		int moving = 0;
+		for (uint32_t s = 0; s < p->npages && !moving; s++)
+			moving = p->pages[s].state == P_MOVING;
+		if (!moving)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&p->done, &p->lock, &ts);
+	}
+}
+
+static void quiesce(struct kvt_pager *p)
+{
+	quiesce_locked(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Set the fault while the migration thread is outside kvt_nvme_run (the
+ * NVMe handle has no lock of its own). */
+static void set_fault(struct kvt_pager *p, const struct kvt_fault *f)
+{
+	quiesce_locked(p);
+	kvt_nvme_set_fault(p->nvme, f);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Acquire every page of every layer. lost[l][i] is set for -EIO pages.
+ * Every page must come out exactly once, as data (checked) or -EIO. */
+static unsigned pass(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
+		     uint8_t lost[LAYERS][NPG])
+{
+	unsigned nlost = 0;
+
+	for (unsigned l = 0; l < LAYERS; l++) {
+		uint8_t seen[NPG] = { 0 };
+		struct kvt_batch *b;
+		struct kvt_view v;
+		int r;
+
+		CHECK_EQ(kvt_acquire(p, s, l, NULL, 0, &b), 0);
+		while ((r = kvt_batch_next(b, &v)) != 0) {
+			CHECK(v.page < NPG);
+			CHECK(!seen[v.page]);
+			seen[v.page] = 1;
+			if (r == -EIO) {
+				CHECK(v.k == NULL && v.v == NULL);
+				lost[l][v.page] = 1;
+				nlost++;
+				continue;
+			}
+			if (r != 1) {
+				fprintf(stderr, "layer %u page %u: %s\n", l, v.page, strerror(-r));
+				exit(1);
+			}
+			CHECK_EQ(v.ntok, cfg->page_tokens);
+			CHECK(t_check_view(cfg, SEED, l, &v) == 0);
+		}
+		kvt_batch_release(b);
+		for (unsigned i = 0; i < NPG; i++)
+			CHECK(seen[i]);
+	}
+	return nlost;
+}
+
+/* The pages marked lost in the pager are exactly those reported. */
+static void check_lost_state(struct kvt_pager *p, kvt_seq_t h, uint8_t lost[LAYERS][NPG])
+{
+	pthread_mutex_lock(&p->lock);
+	struct seq *q = p->seqs[h & 0xffffff];
+	for (unsigned l = 0; l < LAYERS; l++) {
+		CHECK_EQ(q->lt[l].n, NPG);
+		for (unsigned i = 0; i < NPG; i++) {
+			int is_lost = p->pages[q->lt[l].pg[i]].state == P_LOST;
+			if (is_lost != lost[l][i]) {
+				fprintf(stderr, "layer %u page %u: state lost %d, reported -EIO %d\n",
+					l, i, is_lost, lost[l][i]);
+				exit(1);
+			}
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+int main(void)
+{
+	struct kvt_config cfg;
+	struct kvt_device *dev;
+	struct kvt_stats st;
+	struct kvt_pager *p;
+	kvt_seq_t s;
+	static uint8_t lost1[LAYERS][NPG], lost2[LAYERS][NPG];
+
+	t_config(&cfg, LAYERS, 4, 4, 4 * NPG);
+	p = t_open(&cfg, &dev);
+	CHECK_EQ(kvt_seq_open(p, &s), 0);
+	t_append(p, s, &cfg, SEED, 0, NPG * cfg.page_tokens);	/* all sealed */
+
+	/* Everything down to NVMe, the only copy of every page. */
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	CHECK_EQ(st.tier[KVT_TIER_FAST].used, 0);
+	CHECK_EQ(st.tier[KVT_TIER_HOST].used, 0);
+	CHECK_EQ(st.tier[KVT_TIER_NVME].used, LAYERS * NPG);
+	CHECK_EQ(st.lost_pages, 0);
+	CHECK_EQ(st.io_errors + st.csum_failures, 0);
+	check_inv(p);
+
+	struct kvt_fault f = { 0 };
+	if (FAULT_FLIP)
+		f.flip_every = EVERY;
+	else
+		f.eio_every = EVERY;
+	set_fault(p, &f);
+	kvt_pager_step(p);
+	unsigned n1 = pass(p, s, &cfg, lost1);
+	set_fault(p, NULL);
+
+	CHECK(n1 >= 1);
+	CHECK(n1 < LAYERS * NPG);
+	check_lost_state(p, s, lost1);
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	fprintf(stderr, "%u of %u pages lost; io_errors %llu csum_failures %llu\n", n1,
+		LAYERS * NPG, (unsigned long long)st.io_errors,
+		(unsigned long long)st.csum_failures);
+	CHECK_EQ(st.lost_pages, n1);
+	if (FAULT_FLIP) {
+		CHECK(st.csum_failures >= 1);
+		CHECK_EQ(st.csum_failures, n1);
+		CHECK_EQ(st.io_errors, 0);
+	} else {
+		CHECK(st.io_errors >= 1);
+		CHECK_EQ(st.io_errors, n1);
+		CHECK_EQ(st.csum_failures, 0);
+	}
+	/* Lost pages hold no frame; the others are still somewhere. */
+	CHECK_EQ(st.pages, LAYERS * NPG);
+	check_inv(p);
+
+	/* Lost is permanent; the rest is served, from any tier. */
+	kvt_pager_step(p);
+	unsigned n2 = pass(p, s, &cfg, lost2);
+	CHECK_EQ(n2, n1);
+	CHECK(memcmp(lost1, lost2, sizeof(lost1)) == 0);
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	CHECK_EQ(st.lost_pages, n1);
+	check_inv(p);
+
+	/* And once more with everything pushed down again first. */
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+	memset(lost2, 0, sizeof(lost2));
+	CHECK_EQ(pass(p, s, &cfg, lost2), n1);
+	CHECK(memcmp(lost1, lost2, sizeof(lost1)) == 0);
+	check_inv(p);
+
+	CHECK_EQ(kvt_seq_close(p, s), 0);
+	quiesce(p);	/* pages closed while in flight are freed as they land */
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	CHECK_EQ(st.pages, 0);
+	CHECK_EQ(st.seqs, 0);
+	for (int t = 0; t < KVT_NTIERS; t++)
+		CHECK_EQ(st.tier[t].used, 0);
+	CHECK_EQ(st.lost_pages, n1);
+	check_inv(p);
+	t_close(p, dev);
+	return 0;
+}

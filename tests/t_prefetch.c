@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prefetch (prefetch_depth = 2; the fast tier holds three layers, not all
+ * four):
+ *  - layer-ahead: acquiring layer L of a parked sequence (everything on
+ *    NVMe) queues layers L+1 and L+2; while layer 0 is consumed slowly they
+ *    come up, and acquiring layers 1 and 2 then hits (prefetch_hit);
+ *  - exactly: after the prefetch settles, every page of layers 1 and 2 is a
+ *    hit, issued counts the pages queued, nothing is late or dropped;
+ *  - kvt_prefetch of a layer (and of a page list), then waiting, then
+ *    acquiring: every prefetched page is a hit;
+ *  - a prefetched page evicted unused counts as wasted;
+ *  - prefetch_depth = 0: plain acquires issue no prefetch;
+ *  - a sequence closed while its prefetch is in flight: the invariant
+ *    check passes right away, and the pages are freed as they land.
+ * Every page read is checked bit-exact.
+ */
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include "common.h"
+#include "pager/internal.h"
+
+#define LAYERS	4u
+#define NPG	8u
+#define SEED	53u
+
+static void check_inv(struct kvt_pager *p)
+{
+	char err[256];
+
+	pthread_mutex_lock(&p->lock);
+	int r = kvt_pager_check(p, err, sizeof(err));
+	pthread_mutex_unlock(&p->lock);
+	if (r) {
+		fprintf(stderr, "invariant: %s\n", err);
+		exit(1);
+	}
+}
+
+/* Wait until the migration thread has nothing queued or in flight. With
+ * the lock held, an empty queue and no page MOVING mean that nothing is
+ * (a popped request is marked MOVING before the lock is dropped). */
+static void settle(struct kvt_pager *p)
+{
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		int busy = p->demand.n || p->prefetch.n || p->jobs;
+		for (uint32_t s = 0; s < p->npages && !busy; s++)
+			busy = p->pages[s].state == P_MOVING;
+		if (!busy)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > 20) {
+			fprintf(stderr, "migration thread never went idle\n");
+			exit(1);
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 5000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&p->done, &p->lock, &ts);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Everything down to NVMe. */
+static void push_down(struct kvt_pager *p)
+{
+	struct kvt_stats st;
+
+	settle(p);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	CHECK_EQ(st.tier[KVT_TIER_FAST].used, 0);
+	CHECK_EQ(st.tier[KVT_TIER_HOST].used, 0);
+}
+
+/* Acquire a whole layer and check it; sleep_us after each page. */
+static void read_layer(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
+		       unsigned layer, unsigned sleep_us)
+{
+	struct kvt_batch *b;
+	struct kvt_view v;
+	unsigned n = 0;
+	int r;
+
+	CHECK_EQ(kvt_acquire(p, s, layer, NULL, 0, &b), 0);
+	while ((r = kvt_batch_next(b, &v)) == 1) {
+		CHECK(t_check_view(cfg, SEED, layer, &v) == 0);
+		n++;
+		if (sleep_us)
+			usleep(sleep_us);
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(n, NPG);
+	kvt_batch_release(b);
+}
+
+static struct kvt_stats stats(struct kvt_pager *p)
+{
+	struct kvt_stats st;
+	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	return st;
+}
+
+static void with_depth(void)
+{
+	struct kvt_config cfg;
+	struct kvt_device *dev;
+	struct kvt_stats a, b;
+	kvt_seq_t s;
+
+	t_config(&cfg, LAYERS, 3 * NPG + 2, 8 * NPG, 4 * LAYERS * NPG);
+	cfg.prefetch_depth = 2;
+	struct kvt_pager *p = t_open(&cfg, &dev);
+	CHECK_EQ(kvt_seq_open(p, &s), 0);
+	t_append(p, s, &cfg, SEED, 0, NPG * cfg.page_tokens);
+	CHECK_EQ(stats(p).prefetch_issued, 0);
+
+	/* 1. Overlap: park, then read layer 0 slowly; layers 1 and 2 come up
+	 * meanwhile. */
+	CHECK_EQ(kvt_seq_park(p, s), 0);
+	a = stats(p);
+	CHECK_EQ(a.tier[KVT_TIER_FAST].used, 0);
+	CHECK_EQ(a.tier[KVT_TIER_HOST].used, 0);
+	CHECK_EQ(a.tier[KVT_TIER_NVME].used, LAYERS * NPG);
+	kvt_pager_step(p);
+	read_layer(p, s, &cfg, 0, 5000);
+	CHECK(stats(p).prefetch_issued > a.prefetch_issued);
+	read_layer(p, s, &cfg, 1, 0);
+	read_layer(p, s, &cfg, 2, 0);
+	b = stats(p);
+	fprintf(stderr, "overlap: issued %llu hit %llu late %llu dropped %llu\n",
+		(unsigned long long)(b.prefetch_issued - a.prefetch_issued),
+		(unsigned long long)(b.prefetch_hit - a.prefetch_hit),
+		(unsigned long long)(b.prefetch_late - a.prefetch_late),
+		(unsigned long long)(b.prefetch_dropped - a.prefetch_dropped));
+	CHECK(b.prefetch_issued > a.prefetch_issued);
+	CHECK(b.prefetch_hit > a.prefetch_hit);
+	CHECK_EQ(b.lost_pages, 0);
+	check_inv(p);
+
+	/* 2. Exact counts, with the prefetch given time to settle. */
+	push_down(p);
+	kvt_pager_step(p);
+	a = stats(p);
+	read_layer(p, s, &cfg, 0, 0);
+	settle(p);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_issued - a.prefetch_issued, 2 * NPG);	/* layers 1, 2 */
+	read_layer(p, s, &cfg, 1, 0);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, NPG);
+	CHECK_EQ(b.prefetch_issued - a.prefetch_issued, 3 * NPG);	/* + layer 3 */
+	settle(p);
+	read_layer(p, s, &cfg, 2, 0);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, 2 * NPG);
+	CHECK_EQ(b.prefetch_late, a.prefetch_late);
+	CHECK_EQ(b.prefetch_dropped, a.prefetch_dropped);
+	CHECK_EQ(b.prefetch_wasted, a.prefetch_wasted);
+	/* The last layer queues nothing beyond the model. */
+	settle(p);
+	a = stats(p);
+	read_layer(p, s, &cfg, LAYERS - 1, 0);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_issued, a.prefetch_issued);
+	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, NPG);	/* queued by layer 1 */
+	check_inv(p);
+
+	/* 3. Explicit kvt_prefetch: a whole layer, and a page list. */
+	push_down(p);
+	kvt_pager_step(p);
+	a = stats(p);
+	CHECK_EQ(kvt_prefetch(p, s, 3, NULL, 0), 0);
+	settle(p);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_issued - a.prefetch_issued, NPG);
+	CHECK_EQ(b.tier[KVT_TIER_FAST].used, NPG);
+	read_layer(p, s, &cfg, 3, 0);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, NPG);
+
+	uint32_t some[3] = { 0, 2, 5 };
+	CHECK_EQ(kvt_prefetch(p, s, 0, some, 3), 0);
+	settle(p);
+	a = stats(p);
+	CHECK_EQ(a.prefetch_issued - b.prefetch_issued, 3);
+	read_layer(p, s, &cfg, 0, 0);
+	settle(p);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, 3);
+	/* Bad arguments queue nothing. */
+	uint32_t bad = NPG;
+	CHECK_EQ(kvt_prefetch(p, s, 0, &bad, 1), -EINVAL);
+	CHECK_EQ(kvt_prefetch(p, s, LAYERS, NULL, 0), -EINVAL);
+	CHECK_EQ(stats(p).prefetch_issued, b.prefetch_issued);
+	check_inv(p);
+
+	/* 4. Wasted: prefetched into the fast tier, evicted unused. */
+	push_down(p);
+	a = stats(p);
+	CHECK_EQ(kvt_prefetch(p, s, 1, NULL, 0), 0);
+	settle(p);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_issued - a.prefetch_issued, NPG);
+	CHECK_EQ(b.tier[KVT_TIER_FAST].used, NPG);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
+	b = stats(p);
+	CHECK_EQ(b.prefetch_wasted - a.prefetch_wasted, NPG);
+	CHECK_EQ(b.prefetch_hit, a.prefetch_hit);
+	/* Used after all: no hit any more, the data is still right. */
+	read_layer(p, s, &cfg, 1, 0);
+	CHECK_EQ(stats(p).prefetch_hit, a.prefetch_hit);
+	check_inv(p);
+
+	/* 5. Closed while its prefetch is in flight (slow reads make sure it
+	 * is): the pages are freed as they land, the pager stays consistent
+	 * throughout. */
+	push_down(p);
+	settle(p);
+	struct kvt_fault slow = { .slow_us = 20000 };
+	pthread_mutex_lock(&p->lock);
+	kvt_nvme_set_fault(p->nvme, &slow);	/* settled: no transfer running */
+	pthread_mutex_unlock(&p->lock);
+	CHECK_EQ(kvt_prefetch(p, s, 2, NULL, 0), 0);
+	for (int moving = 0, tries = 0; !moving; tries++) {
+		CHECK(tries < 10000);
+		pthread_mutex_lock(&p->lock);
+		for (uint32_t i = 0; i < p->npages && !moving; i++)
+			moving = p->pages[i].state == P_MOVING;
+		pthread_mutex_unlock(&p->lock);
+		if (!moving)
+			usleep(100);
+	}
+	CHECK_EQ(kvt_seq_close(p, s), 0);
+	check_inv(p);
+	settle(p);
+	pthread_mutex_lock(&p->lock);
+	kvt_nvme_set_fault(p->nvme, NULL);
+	pthread_mutex_unlock(&p->lock);
+	check_inv(p);
+	b = stats(p);
+	CHECK_EQ(b.pages, 0);
+	CHECK_EQ(b.seqs, 0);
+	for (int t = 0; t < KVT_NTIERS; t++)
+		CHECK_EQ(b.tier[t].used, 0);
+	CHECK_EQ(b.lost_pages, 0);
+	t_close(p, dev);
+}
+
+static void without_depth(void)
+{
+	struct kvt_config cfg;
+	struct kvt_device *dev;
+	kvt_seq_t s;
+
+	t_config(&cfg, LAYERS, 3 * NPG + 2, 8 * NPG, 4 * LAYERS * NPG);
+	cfg.prefetch_depth = 0;
+	struct kvt_pager *p = t_open(&cfg, &dev);
+	CHECK_EQ(kvt_seq_open(p, &s), 0);
+	t_append(p, s, &cfg, SEED, 0, NPG * cfg.page_tokens);
+	CHECK_EQ(kvt_seq_park(p, s), 0);
+	for (int round = 0; round < 2; round++) {
+		kvt_pager_step(p);
+		for (unsigned l = 0; l < LAYERS; l++)
+			read_layer(p, s, &cfg, l, 1000);
+		settle(p);
+	}
+	struct kvt_stats st = stats(p);
+	CHECK_EQ(st.prefetch_issued, 0);
+	CHECK_EQ(st.prefetch_hit, 0);
+	CHECK_EQ(st.prefetch_late, 0);
+	CHECK_EQ(st.prefetch_wasted, 0);
+	CHECK(st.tier[KVT_TIER_FAST].promotions > 0);
+	/* kvt_prefetch still works when asked for. */
+	push_down(p);
+	CHECK_EQ(kvt_prefetch(p, s, 2, NULL, 0), 0);
+	settle(p);
+	CHECK_EQ(stats(p).prefetch_issued, NPG);
+	read_layer(p, s, &cfg, 2, 0);
+	CHECK_EQ(stats(p).prefetch_hit, NPG);
+	check_inv(p);
+	CHECK_EQ(kvt_seq_close(p, s), 0);
+	t_close(p, dev);
+}
+
+int main(void)
+{
+	without_depth();
+	with_depth();
+	return 0;
+}

@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt-bench io: random-read and random-write bandwidth of the NVMe path
+ * (kvt_nvme_run) beside fio on the same file with the same block size,
+ * queue depth, size and O_DIRECT setting.
+ *
+ *   kvt-bench io [--file PATH] [--size BYTES] [--bs LIST] [--depth LIST]
+ *                [--seconds S] [--repeat N] [--batch M] [--json] [--no-fio]
+ *                [--fio-args ARGS]
+ *
+ * --file is a directory (a file is made in it), a block device, or a file
+ * that does not exist yet (kvt never overwrites one); default: a file in
+ * $TMPDIR or /tmp. The file is removed at the end (a device is left as it
+ * is, but its first --size bytes are overwritten).
+ *
+ * Method. The file is first written once sequentially, so that reads hit
+ * the device rather than unwritten extents. Then for each (bs, depth):
+ * randread, then randwrite, each by kvt and then by fio. kvt walks the
+ * blocks of the file in a random order (a fresh permutation each pass),
+ * one bs request per block, handing kvt_nvme_run batches of depth * M
+ * requests until the time is up; buffers come from one 2 MiB aligned
+ * region registered as fixed buffers. max_io is the smallest bs, so no two
+ * requests are ever merged: it measures the path, not the coalescing.
+ *
+ * Batch size (M). kvt_nvme_run drains to zero before it returns, so each
+ * call ends with a tail in which fewer than depth requests are in flight;
+ * the longer the batch, the smaller that tail's share. The pager's real
+ * batches are small, but this is a bandwidth comparison with fio, which
+ * never drains. On this machine (virtio disk, 2 cores) M = 4 lost a few
+ * per cent at depth 32 and 64 against fio, M = 8 was within noise of
+ * M = 16 and 32, so M = 8 is the default.
+ *
+ * Output: a table (bs, depth, op, kvt MB/s, fio MB/s, kvt/fio), or with
+ * --json one object per line per measurement. MB = 10^6 bytes. Each value
+ * is the median of --repeat runs, kvt and fio taking turns.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "pager/nvme.h"
+
+#define MAX_LIST	32
+#define SZ_2M		((uint64_t)2 << 20)
+#define REGION_MAX	((uint64_t)256 << 20)	/* buffers: at most this much */
+#define FILL_BS		((uint64_t)1 << 20)
+#define DEFAULT_BATCH	8
+
+int bench_io(int argc, char **argv);
+
+struct bench {
+	const char *file;
+	uint64_t size;
+	uint64_t bs[MAX_LIST];
+	unsigned nbs;
+	unsigned depth[MAX_LIST];
+	unsigned ndepth;
+	double	 seconds;
+	unsigned repeat;
+	unsigned batch;		/* requests per kvt_nvme_run = depth * batch */
+	int	 json;
+	int	 fio;
+	const char *fio_args;	/* appended to the fio command line */
+
+	struct kvt_nvme *n;
+	struct kvt_nvme_info info;
+	uint8_t *region;	/* (region_bytes) buffers, 2 MiB aligned */
+	uint64_t region_bytes;
+	uint64_t *perm;		/* block order of the current pass */
+	uint64_t nperm, cursor;
+	uint64_t rng;
+};
+
+static const char *const op_name[] = { "randread", "randwrite" };
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rnd(struct bench *b)
+{
+	/* xorshift64* */
+	b->rng ^= b->rng >> 12;
+	b->rng ^= b->rng << 25;
+	b->rng ^= b->rng >> 27;
+	return b->rng * 2685821657736338717ull;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	case 't': case 'T': v <<= 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')	/* 64KiB, 64KB */
+		end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+	if (*end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* "a,b,c" of sizes (is_size) or plain numbers into out. Returns the count
+ * or -EINVAL. */
+static int parse_list(const char *s, uint64_t *out, int is_size)
+{
+	char buf[512], *save = NULL, *tok;
+	int cnt = 0;
+
+	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+		return -EINVAL;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+
+		if (cnt == MAX_LIST)
+			return -EINVAL;
+		if (is_size) {
+			if (parse_size(tok, &v))
+				return -EINVAL;
+		} else {
+			char *end;
+
+			v = strtoull(tok, &end, 10);
+			if (*end || end == tok)
+				return -EINVAL;
+		}
+		out[cnt++] = v;
+	}
+	return cnt ? cnt : -EINVAL;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: kvt-bench io [--file PATH] [--size BYTES] [--bs LIST] [--depth LIST]\n"
+		"                    [--seconds S] [--repeat N] [--batch M] [--json] [--no-fio]\n"
+		"                    [--fio-args ARGS]\n"
+		"  --file PATH   directory, block device, or new file (default: $TMPDIR or /tmp)\n"
+		"  --size BYTES  bytes of the file used (default 1G)\n"
+		"  --bs LIST     block sizes, multiples of 4K (default 64K,128K,256K,512K,1M,2M)\n"
+		"  --depth LIST  queue depths (default 1,8,32,64)\n"
+		"  --seconds S   per measurement (default 2)\n"
+		"  --repeat N    median of N runs (default 1)\n"
+		"  --batch M     requests per kvt_nvme_run call = depth * M (default %d)\n"
+		"  --json        one JSON object per line instead of the table\n"
+		"  --no-fio      kvt only\n"
+		"  --fio-args A  more fio options, e.g. \"--fixedbufs --registerfiles\"\n"
+		"                (what kvt does: the like-for-like comparison)\n", DEFAULT_BATCH);
+}
+
+/* argv[0] is the subcommand ("io"). Returns 0, or 2 on a usage error. */
+static int parse_args(struct bench *b, int argc, char **argv)
+{
+	uint64_t list[MAX_LIST];
+	int i, cnt;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = NULL;
+		char name[32];
+		const char *eq = strchr(a, '=');
+
+		if (strncmp(a, "--", 2)) {
+			fprintf(stderr, "kvt-bench io: unexpected argument '%s'\n", a);
+			return 2;
+		}
+		if (eq) {
+			snprintf(name, sizeof(name), "%.*s", (int)(eq - a), a);
+			v = eq + 1;
+		} else {
+			snprintf(name, sizeof(name), "%s", a);
+		}
+		if (!strcmp(name, "--json") || !strcmp(name, "--no-fio") ||
+		    !strcmp(name, "--help")) {
+			if (!strcmp(name, "--help")) {
+				usage();
+				return 2;
+			}
+			if (!strcmp(name, "--json"))
+				b->json = 1;
+			else
+				b->fio = 0;
+			continue;
+		}
+		if (!v) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "kvt-bench io: %s needs a value\n", name);
+				return 2;
+			}
+			v = argv[++i];
+		}
+		if (!strcmp(name, "--file")) {
+			b->file = v;
+		} else if (!strcmp(name, "--fio-args")) {
+			b->fio_args = v;
+		} else if (!strcmp(name, "--size")) {
+			if (parse_size(v, &b->size) || b->size < SZ_2M)
+				goto bad;
+		} else if (!strcmp(name, "--bs")) {
+			cnt = parse_list(v, b->bs, 1);
+			if (cnt < 0)
+				goto bad;
+			b->nbs = (unsigned)cnt;
+			for (unsigned k = 0; k < b->nbs; k++)
+				if (!b->bs[k] || b->bs[k] % 4096 || b->bs[k] > ((uint64_t)1 << 30))
+					goto bad;
+		} else if (!strcmp(name, "--depth")) {
+			cnt = parse_list(v, list, 0);
+			if (cnt < 0)
+				goto bad;
+			b->ndepth = (unsigned)cnt;
+			for (unsigned k = 0; k < b->ndepth; k++) {
+				if (!list[k] || list[k] > 4096)
+					goto bad;
+				b->depth[k] = (unsigned)list[k];
+			}
+		} else if (!strcmp(name, "--seconds")) {
+			char *end;
+
+			b->seconds = strtod(v, &end);
+			if (*end || !(b->seconds > 0))
+				goto bad;
+		} else if (!strcmp(name, "--repeat") || !strcmp(name, "--batch")) {
+			char *end;
+			unsigned long x = strtoul(v, &end, 10);
+
+			if (*end || !x || x > 1000)
+				goto bad;
+			*(!strcmp(name, "--repeat") ? &b->repeat : &b->batch) = (unsigned)x;
+		} else {
+			fprintf(stderr, "kvt-bench io: unknown option %s\n", name);
+			usage();
+			return 2;
+		}
+		continue;
+bad:
+		fprintf(stderr, "kvt-bench io: bad value for %s: '%s'\n", name, v);
+		return 2;
+	}
+	return 0;
+}
+
+static void log_stderr(void *arg, int level, const char *msg)
+{
+	if (level <= KVT_LOG_WARN)
+		fprintf(stderr, "kvt-bench io: %s\n", msg);
+}
+
+/* A fresh random order of the nperm blocks. */
+static void shuffle(struct bench *b)
+{
+	for (uint64_t i = 0; i < b->nperm; i++)
+		b->perm[i] = i;
+	for (uint64_t i = b->nperm - 1; i > 0; i--) {
+		uint64_t j = rnd(b) % (i + 1), t = b->perm[i];
+
+		b->perm[i] = b->perm[j];
+		b->perm[j] = t;
+	}
+	b->cursor = 0;
+}
+
+/* Write the whole file once, sequentially. Returns 0 or -errno. */
+static int populate(struct bench *b, unsigned depth)
+{
+	uint64_t slots = b->region_bytes / FILL_BS, off = 0, bs = FILL_BS;
+	unsigned nreq = 64, i;
+	struct kvt_io *io = calloc(nreq, sizeof(*io));
+	int r = 0;
+
+	if (!io)
+		return -ENOMEM;
+	memset(b->region, 0x6b, b->region_bytes);
+	kvt_nvme_set_depth(b->n, depth < 32 ? depth : 32);
+	while (off < b->size && !r) {
+		for (i = 0; i < nreq && off < b->size; i++, off += bs) {
+			uint64_t len = b->size - off < bs ? b->size - off : bs;
+
+			io[i] = (struct kvt_io){ .off = off, .buf = b->region + (i % slots) * bs,
+						 .len = (uint32_t)len, .op = KVT_IO_WRITE };
+		}
+		r = kvt_nvme_run(b->n, io, i, NULL, NULL);
+		for (unsigned k = 0; k < i && !r; k++)
+			r = io[k].res;
+	}
+	free(io);
+	return r;
+}
+
+/* kvt: bytes per second of op at (bs, depth), or a negative errno. */
+static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op)
+{
+	unsigned nreq = depth * b->batch, i;
+	uint64_t slots = b->region_bytes / bs, bytes = 0;
+	struct kvt_io *io = calloc(nreq, sizeof(*io));
+	double t0, t1, end;
+	int r = 0;
+
+	if (!io)
+		return -ENOMEM;
+	kvt_nvme_set_depth(b->n, depth);
+	b->nperm = b->size / bs;
+	shuffle(b);
+	t0 = now_s();
+	end = t0 + b->seconds;
+	do {
+		for (i = 0; i < nreq; i++) {
+			if (b->cursor == b->nperm)
+				shuffle(b);
+			io[i] = (struct kvt_io){ .off = b->perm[b->cursor++] * bs,
+						 .buf = b->region + (i % slots) * bs,
+						 .len = (uint32_t)bs, .op = (uint8_t)op };
+		}
+		r = kvt_nvme_run(b->n, io, nreq, NULL, NULL);
+		for (i = 0; i < nreq && !r; i++)
+			r = io[i].res;
+		bytes += (uint64_t)nreq * bs;
+		t1 = now_s();
+	} while (!r && t1 < end);
+	free(io);
+	if (r) {
+		fprintf(stderr, "kvt-bench io: kvt %s bs %" PRIu64 " depth %u: %s\n",
+			op_name[op], bs, depth, strerror(-r));
+		return r;
+	}
+	return (double)bytes / (t1 - t0);
+}
+
+/* Quote s for sh into out (single quotes). */
+static int shell_quote(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+
+	if (len < 3)
+		return -ENAMETOOLONG;
+	out[o++] = '\'';
+	for (; *s; s++) {
+		const char *piece = *s == '\'' ? "'\\''" : NULL;
+		size_t pl = piece ? 4 : 1;
+
+		if (o + pl + 2 > len)
+			return -ENAMETOOLONG;
+		if (piece)
+			memcpy(out + o, piece, pl);
+		else
+			out[o] = *s;
+		o += pl;
+	}
+	out[o++] = '\'';
+	out[o] = 0;
+	return 0;
+}
+
+/* fio: bytes per second of op at (bs, depth), or a negative errno. */
+static double fio_point(struct bench *b, uint64_t bs, unsigned depth, int op)
+{
+	char qpath[2 * KVT_PATH_MAX], cmd[4 * KVT_PATH_MAX], *out = NULL, *p;
+	size_t len = 0, cap = 0;
+	unsigned long long bw;
+	FILE *f;
+	int st;
+
+	if (shell_quote(b->info.path, qpath, sizeof(qpath)))
+		return -ENAMETOOLONG;
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=x --filename=%s --size=%" PRIu64 " --bs=%" PRIu64
+		 " --iodepth=%u --rw=%s --ioengine=io_uring --direct=%d --time_based"
+		 " --runtime=%llums --output-format=json %s 2>&1",
+		 qpath, b->size, bs, depth, op_name[op], b->info.direct,
+		 (unsigned long long)(b->seconds * 1000 + 0.5),
+		 b->fio_args ? b->fio_args : "");
+	f = popen(cmd, "r");
+	if (!f)
+		return -errno;
+	for (;;) {
+		if (cap - len < 4096) {
+			char *nb = realloc(out, cap + 65536);
+
+			if (!nb)
+				break;
+			out = nb;
+			cap += 65536;
+		}
+		size_t got = fread(out + len, 1, cap - len - 1, f);
+
+		if (!got)
+			break;
+		len += got;
+	}
+	st = pclose(f);
+	if (!out)
+		return -ENOMEM;
+	out[len] = 0;
+	/* The job's "read" or "write" section, then its first "bw_bytes". */
+	p = strstr(out, op == KVT_IO_READ ? "\"read\"" : "\"write\"");
+	if (p)
+		p = strstr(p, "\"bw_bytes\"");
+	if (!p || sscanf(p, "\"bw_bytes\" : %llu", &bw) != 1) {
+		fprintf(stderr, "kvt-bench io: fio failed (status %d): %.400s\n", st, out);
+		free(out);
+		return -EIO;
+	}
+	free(out);
+	return (double)bw;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, unsigned cnt)
+{
+	qsort(v, cnt, sizeof(v[0]), cmp_double);
+	return cnt % 2 ? v[cnt / 2] : (v[cnt / 2 - 1] + v[cnt / 2]) / 2;
+}
+
+/* Medians of repeat runs of kvt and fio, taken in turns (kvt, fio, kvt,
+ * ...) so that drift in the device (caches, throttling on a virtual disk)
+ * hits both alike. *kvt < 0: its errno; *fio < 0: no fio result. */
+static void measure(struct bench *b, uint64_t bs, unsigned depth, int op,
+		    double *kvt, double *fio)
+{
+	double kv[64], fv[64];
+	unsigned k, cnt = b->repeat < 64 ? b->repeat : 64, nf = 0;
+
+	*fio = -1;
+	for (k = 0; k < cnt; k++) {
+		kv[k] = kvt_point(b, bs, depth, op);
+		if (kv[k] < 0) {
+			*kvt = kv[k];
+			return;
+		}
+		if (b->fio) {
+			double f = fio_point(b, bs, depth, op);
+
+			if (f > 0)
+				fv[nf++] = f;
+		}
+	}
+	*kvt = median_of(kv, cnt);
+	if (nf)
+		*fio = median_of(fv, nf);
+}
+
+static void fmt_size(uint64_t v, char *out, size_t len)
+{
+	if (v >= (1u << 20) && v % (1u << 20) == 0)
+		snprintf(out, len, "%" PRIu64 "M", v >> 20);
+	else if (v % 1024 == 0)
+		snprintf(out, len, "%" PRIu64 "K", v >> 10);
+	else
+		snprintf(out, len, "%" PRIu64, v);
+}
+
+int bench_io(int argc, char **argv)
+{
+	struct bench b = {
+		.size = (uint64_t)1 << 30,
+		.bs = { 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20 },
+		.nbs = 6,
+		.depth = { 1, 8, 32, 64 },
+		.ndepth = 4,
+		.seconds = 2,
+		.repeat = 1,
+		.batch = DEFAULT_BATCH,
+		.fio = 1,
+	};
+	char path[KVT_PATH_MAX];
+	const char *dir;
+	uint64_t min_bs = UINT64_MAX, max_bs = 0;
+	unsigned max_depth = 0, i, j;
+	struct stat st;
+	int r, ret = 1;
+
+	r = parse_args(&b, argc, argv);
+	if (r)
+		return r;
+	for (i = 0; i < b.nbs; i++) {
+		min_bs = b.bs[i] < min_bs ? b.bs[i] : min_bs;
+		max_bs = b.bs[i] > max_bs ? b.bs[i] : max_bs;
+	}
+	for (i = 0; i < b.ndepth; i++)
+		max_depth = b.depth[i] > max_depth ? b.depth[i] : max_depth;
+	b.size -= b.size % max_bs;
+	if (b.size < max_bs) {
+		fprintf(stderr, "kvt-bench io: --size must hold one block of %" PRIu64 "\n", max_bs);
+		return 2;
+	}
+
+	/* A directory (or none): a file of our own in it, by name, so fio
+	 * can open it too. */
+	dir = b.file;
+	if (!dir || !dir[0]) {
+		dir = getenv("TMPDIR");
+		if (!dir || !dir[0])
+			dir = "/tmp";
+	} else if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
+		dir = NULL;
+	}
+	if (dir)
+		snprintf(path, sizeof(path), "%s/kvt-bench-io.%d", dir, (int)getpid());
+	else
+		snprintf(path, sizeof(path), "%s", b.file);
+
+	struct kvt_nvme_opts o = {
+		.path = path, .bytes = b.size, .direct = KVT_AUTO, .depth = max_depth,
+		.max_io = min_bs, .log = log_stderr,
+	};
+	r = kvt_nvme_open(&o, &b.n);
+	if (r) {
+		fprintf(stderr, "kvt-bench io: open %s: %s%s\n", path, strerror(-r),
+			r == -EEXIST ? " (kvt never overwrites a file: name a new one)" : "");
+		return 1;
+	}
+	kvt_nvme_info(b.n, &b.info);
+	b.size = b.info.bytes - b.info.bytes % max_bs;
+
+	/* Buffers for every request of the largest batch, up to REGION_MAX
+	 * (requests beyond share them: contents do not matter here). */
+	b.region_bytes = (uint64_t)max_depth * b.batch * max_bs;
+	if (b.region_bytes > REGION_MAX)
+		b.region_bytes = REGION_MAX > max_bs * max_depth ? REGION_MAX : max_bs * max_depth;
+	if (b.region_bytes < FILL_BS)
+		b.region_bytes = FILL_BS;
+	b.region_bytes = (b.region_bytes + SZ_2M - 1) & ~(SZ_2M - 1);
+	if (posix_memalign((void **)&b.region, SZ_2M, b.region_bytes)) {
+		fprintf(stderr, "kvt-bench io: no memory for %" PRIu64 " bytes of buffers\n",
+			b.region_bytes);
+		goto out;
+	}
+	b.perm = malloc(sizeof(*b.perm) * (b.size / min_bs));
+	if (!b.perm) {
+		fprintf(stderr, "kvt-bench io: no memory\n");
+		goto out;
+	}
+	b.rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+	kvt_nvme_register_buffers(b.n, b.region, b.region_bytes);	/* failure: noted */
+	kvt_nvme_info(b.n, &b.info);
+
+	fprintf(stderr, "kvt-bench io: %s, %" PRIu64 " MiB, %s, registered files %d, "
+		"buffers %d%s%s\n", b.info.path, b.size >> 20,
+		b.info.direct ? "O_DIRECT" : "buffered", b.info.registered_files,
+		b.info.registered_buffers, b.info.notes[0] ? "; " : "", b.info.notes);
+	r = populate(&b, max_depth);
+	if (r) {
+		fprintf(stderr, "kvt-bench io: writing the file: %s\n", strerror(-r));
+		goto out;
+	}
+	if (!b.json)
+		printf("%6s %6s %-10s %10s %10s %8s\n", "bs", "depth", "op", "kvt MB/s",
+		       "fio MB/s", "kvt/fio");
+
+	for (i = 0; i < b.nbs; i++)
+		for (j = 0; j < b.ndepth; j++)
+			for (int op = KVT_IO_READ; op <= KVT_IO_WRITE; op++) {
+				uint64_t bs = b.bs[i];
+				unsigned depth = b.depth[j];
+				double kvt, fio;
+				char bss[32], fios[32], rat[32];
+
+				measure(&b, bs, depth, op, &kvt, &fio);
+				if (kvt < 0)
+					goto out;
+				fmt_size(bs, bss, sizeof(bss));
+				if (b.json) {
+					printf("{\"bench\":\"io\",\"bs\":%" PRIu64 ",\"depth\":%u,"
+					       "\"op\":\"%s\",\"direct\":%d,\"kvt_mbps\":%.1f",
+					       bs, depth, op_name[op], b.info.direct, kvt / 1e6);
+					if (fio > 0)
+						printf(",\"fio_mbps\":%.1f,\"ratio\":%.3f",
+						       fio / 1e6, kvt / fio);
+					printf("}\n");
+				} else {
+					if (fio > 0) {
+						snprintf(fios, sizeof(fios), "%.1f", fio / 1e6);
+						snprintf(rat, sizeof(rat), "%.2f", kvt / fio);
+					} else {
+						strcpy(fios, "-");
+						strcpy(rat, "-");
+					}
+					printf("%6s %6u %-10s %10.1f %10s %8s\n", bss, depth,
+					       op_name[op], kvt / 1e6, fios, rat);
+				}
+				fflush(stdout);
+			}
+	ret = 0;
+out:
+	kvt_nvme_close(b.n);
+	free(b.perm);
+	free(b.region);
+	return ret;
+}

@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt-bench: measurements of the pager, each printed beside the reference
+ * it answers to, measured in the same run.
+ *
+ *   kvt-bench io     NVMe tier I/O path vs fio
+ *   kvt-bench copy   fast<->host copies vs memcpy
+ *   kvt-bench pager  acquire+release of resident pages per second
+ *   kvt-bench scan   the full-attention scan over three tiers vs its bound
+ *   kvt-bench all    each of them with short defaults
+ *
+ * Every subcommand takes --json (one JSON object per measurement).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvt/pager.h>
+#include "kernels/device.h"
+#include "tools/bench.h"
+
+/* ---------------------------------------------------------------------
+ * Shared helpers
+ */
+
+double bench_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int bench_median_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n)
+{
+	if (n <= 0)
+		return 0;
+	qsort(v, (size_t)n, sizeof(*v), bench_median_cmp);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int bench_parse_list(const char *s, uint64_t *v, int max)
+{
+	int n = 0;
+	while (*s && n < max) {
+		char *end;
+		unsigned long long x = strtoull(s, &end, 10);
+		if (end == s)
+			return -1;
+		switch (*end) {
+		case 'k': case 'K': x <<= 10; end++; break;
+		case 'm': case 'M': x <<= 20; end++; break;
+		case 'g': case 'G': x <<= 30; end++; break;
+		}
+		v[n++] = x;
+		if (*end == ',')
+			end++;
+		else if (*end)
+			return -1;
+		s = end;
+	}
+	return n;
+}
+
+double bench_fio(const char *file, uint64_t size, uint64_t bs, unsigned depth,
+		 const char *rw, double seconds)
+{
+	char cmd[1024], buf[4096];
+	double bw = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=ref --filename=%s --size=%llu --bs=%llu --iodepth=%u --rw=%s "
+		 "--ioengine=io_uring --direct=1 --time_based --runtime=%.0f --ramp_time=0 "
+		 "--output-format=json 2>/dev/null",
+		 file, (unsigned long long)size, (unsigned long long)bs, depth, rw,
+		 seconds < 1 ? 1 : seconds);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	/* The first "bw_bytes" with a non-zero value is the job's read or
+	 * write bandwidth (the other direction reports 0). */
+	while (fgets(buf, sizeof(buf), f)) {
+		char *p = strstr(buf, "\"bw_bytes\"");
+		if (p && bw == 0) {
+			p = strchr(p, ':');
+			if (p)
+				bw = strtod(p + 1, NULL);
+		}
+	}
+	if (pclose(f) != 0)
+		return 0;
+	return bw;
+}
+
+int bench_make_file(const char *dir, uint64_t size, char *path, size_t len)
+{
+	const char *d = dir ? dir : getenv("TMPDIR");
+	static char block[1 << 20];
+	int fd;
+
+	snprintf(path, len, "%s/kvt-bench.XXXXXX", d && *d ? d : "/tmp");
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	memset(block, 0x5a, sizeof(block));
+	for (uint64_t off = 0; off < size; off += sizeof(block)) {
+		size_t n = size - off < sizeof(block) ? size - off : sizeof(block);
+		if (pwrite(fd, block, n, (off_t)off) != (ssize_t)n) {
+			int e = -errno;
+			close(fd);
+			unlink(path);
+			return e ? e : -EIO;
+		}
+	}
+	fsync(fd);
+	close(fd);
+	return 0;
+}
+
+static int json;
+
+static const char *human(uint64_t b, char *buf, size_t len)
+{
+	if (b >= 1 << 20 && b % (1 << 20) == 0)
+		snprintf(buf, len, "%lluM", (unsigned long long)(b >> 20));
+	else if (b >= 1 << 10 && b % (1 << 10) == 0)
+		snprintf(buf, len, "%lluK", (unsigned long long)(b >> 10));
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)b);
+	return buf;
+}
+
+static void die(const char *what, int r)
+{
+	fprintf(stderr, "kvt-bench: %s: %s\n", what, strerror(r < 0 ? -r : r));
+	exit(1);
+}
+
+static void quiet_log(void *arg, int level, const char *msg)
+{
+	if (level <= KVT_LOG_WARN)
+		fprintf(stderr, "kvt-bench: %s\n", msg);
+}
+
+/* Read every byte of a page, as attention would: 4 independent lanes so
+ * the loop runs at memory speed. */
+static uint64_t touch(const void *p, size_t bytes)
+{
+	const uint64_t *q = p;
+	uint64_t a = 0, b = 0, c = 0, d = 0;
+	for (size_t i = 0; i + 4 <= bytes / 8; i += 4) {
+		a += q[i];
+		b ^= q[i + 1];
+		c += q[i + 2];
+		d ^= q[i + 3];
+	}
+	return a + b + c + d;
+}
+
+/* ---------------------------------------------------------------------
+ * copy: the device copy engine against memcpy
+ */
+
+static int bench_copy(int argc, char **argv)
+{
+	uint64_t sizes[16];
+	int nsizes = bench_parse_list("64K,256K,1M,2M", sizes, 16);
+	uint64_t total = 256ull << 20;
+	int reps = 5;
+	static const struct option opts[] = {
+		{ "sizes", required_argument, 0, 's' }, { "total", required_argument, 0, 't' },
+		{ "repeat", required_argument, 0, 'r' }, { "json", no_argument, 0, 'j' }, { 0 } };
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:t:r:j", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': nsizes = bench_parse_list(optarg, sizes, 16); break;
+		case 't': bench_parse_list(optarg, &total, 1); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'j': json = 1; break;
+		default: return 2;
+		}
+	}
+	if (nsizes <= 0 || reps < 1) {
+		fprintf(stderr, "kvt-bench copy: bad --sizes or --repeat\n");
+		return 2;
+	}
+	struct kvt_device *dev;
+	void *dmem;
+	int r = kvt_device_open("cpu", 0, &dev);
+	if (r)
+		die("device", r);
+	r = dev->ops->alloc(dev->ctx, total, &dmem);
+	if (r)
+		die("device alloc", r);
+	uint8_t *host = mmap(NULL, total, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (host == MAP_FAILED)
+		die("mmap", -errno);
+	memset(host, 1, total);
+	memset(dmem, 2, total);
+
+	if (!json)
+		printf("%-6s %-4s %12s %12s %7s\n", "size", "dir", "copy GB/s", "memcpy GB/s", "ratio");
+	for (int si = 0; si < nsizes; si++) {
+		uint64_t sz = sizes[si], n = total / sz;
+		for (int dir = 0; dir < 2; dir++) {
+			double tc[32], tm[32];
+			uint8_t *dst = dir == KVT_H2D ? dmem : host;
+			const uint8_t *src = dir == KVT_H2D ? host : dmem;
+			for (int k = 0; k < reps && k < 32; k++) {
+				/* Alternate the two so drift hits both alike. */
+				uint64_t f = 0;
+				double t0 = bench_now();
+				for (uint64_t i = 0; i < n; i++)
+					if (kvt_dev_copy_async(dev, dst + i * sz, src + i * sz, sz, dir, &f))
+						die("copy", -EIO);
+				kvt_dev_fence_wait(dev, f);
+				tc[k] = bench_now() - t0;
+				t0 = bench_now();
+				for (uint64_t i = 0; i < n; i++)
+					memcpy(dst + i * sz, src + i * sz, sz);
+				tm[k] = bench_now() - t0;
+			}
+			int nk = reps < 32 ? reps : 32;
+			double bc = (double)(n * sz) / bench_median(tc, nk) / 1e9;
+			double bm = (double)(n * sz) / bench_median(tm, nk) / 1e9;
+			char hb[32];
+			human(sz, hb, sizeof(hb));
+			if (json)
+				printf("{\"bench\":\"copy\",\"size\":%llu,\"dir\":\"%s\",\"copy_gbps\":%.3f,"
+				       "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n", (unsigned long long)sz,
+				       dir ? "d2h" : "h2d", bc, bm, bc / bm);
+			else
+				printf("%-6s %-4s %12.2f %12.2f %7.2f\n", hb, dir ? "d2h" : "h2d", bc, bm, bc / bm);
+			fflush(stdout);
+		}
+	}
+	munmap(host, total);
+	dev->ops->free(dev->ctx, dmem, total);
+	kvt_device_close(dev);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Pager set-up shared by pager and scan
+ */
+
+struct setup {
+	unsigned layers, pages, page_tokens, kv_heads, head_dim;
+	uint64_t fast, host, nvme;	/* pages */
+	const char *policy, *dir;
+	unsigned depth, prefetch;
+	int host_in_place;
+};
+
+static struct kvt_pager *open_pager(const struct setup *su, struct kvt_device **dev,
+				    kvt_seq_t *seq)
+{
+	struct kvt_config cfg;
+	struct kvt_pager *p;
+	char err[256];
+	int r;
+
+	kvt_config_default(&cfg);
+	cfg.n_layers = su->layers;
+	cfg.n_kv_heads = su->kv_heads;
+	cfg.head_dim = su->head_dim;
+	cfg.page_tokens = su->page_tokens;
+	cfg.dtype_bytes = 2;
+	uint64_t pb = kvt_config_page_bytes(&cfg);
+	cfg.tier[KVT_TIER_FAST].bytes = su->fast * pb;
+	cfg.tier[KVT_TIER_HOST].bytes = su->host * pb;
+	cfg.tier[KVT_TIER_NVME].bytes = su->nvme * pb;
+	for (int t = 0; t < KVT_NTIERS; t++)
+		snprintf(cfg.tier[t].policy, sizeof(cfg.tier[t].policy), "%s", su->policy);
+	if (su->dir)
+		snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", su->dir);
+	cfg.io_depth = su->depth;
+	cfg.prefetch_depth = su->prefetch;
+	cfg.host_in_place = su->host_in_place;
+	cfg.log = quiet_log;
+	if ((r = kvt_config_validate(&cfg, err, sizeof(err)))) {
+		fprintf(stderr, "kvt-bench: %s\n", err);
+		exit(2);
+	}
+	if ((r = kvt_device_open("cpu", 0, dev)))
+		die("device", r);
+	if ((r = kvt_pager_open(&cfg, *dev, &p)))
+		die("pager", r);
+	if ((r = kvt_seq_open(p, seq)))
+		die("seq", r);
+	/* Prefill: every layer, whole pages, a pattern per token. */
+	size_t tb = (size_t)su->kv_heads * su->head_dim * 2, chunk = su->page_tokens * 64;
+	uint8_t *k = malloc(tb * chunk), *v = malloc(tb * chunk);
+	if (!k || !v)
+		die("malloc", -ENOMEM);
+	for (size_t i = 0; i < tb * chunk; i++) {
+		k[i] = (uint8_t)(i * 7);
+		v[i] = (uint8_t)(i * 13);
+	}
+	uint64_t ntok = (uint64_t)su->pages * su->page_tokens;
+	for (uint64_t t = 0; t < ntok; t += chunk) {
+		unsigned n = (unsigned)(ntok - t < chunk ? ntok - t : chunk);
+		for (unsigned l = 0; l < su->layers; l++)
+			if ((r = kvt_seq_append(p, *seq, l, k, v, n)))
+				die("append", r);
+	}
+	free(k);
+	free(v);
+	return p;
+}
+
+/* One decode step of full attention: every page of every layer. Returns
+ * the bytes read. */
+static uint64_t scan_step(struct kvt_pager *p, kvt_seq_t s, unsigned layers, int do_touch,
+			  uint64_t *sink)
+{
+	uint64_t pages = 0;
+	size_t pb = kvt_pager_page_bytes(p);
+	for (unsigned l = 0; l < layers; l++) {
+		struct kvt_batch *b;
+		struct kvt_view v;
+		int r = kvt_acquire(p, s, l, NULL, 0, &b);
+		if (r)
+			die("acquire", r);
+		while ((r = kvt_batch_next(b, &v)) > 0) {
+			if (do_touch)
+				*sink += touch(v.k, pb);
+			pages++;
+		}
+		if (r < 0)
+			die("batch_next", r);
+		kvt_batch_release(b);
+	}
+	kvt_pager_step(p);
+	return pages;
+}
+
+/* ---------------------------------------------------------------------
+ * pager: acquire + release of resident pages
+ */
+
+static int bench_pager(int argc, char **argv)
+{
+	struct setup su = { .layers = 4, .pages = 1024, .page_tokens = 16, .kv_heads = 1,
+			    .head_dim = 64, .policy = "lru", .depth = 32 };
+	unsigned batch = 0;
+	double seconds = 1;
+	int reps = 5;
+	static const struct option opts[] = {
+		{ "batch", required_argument, 0, 'b' }, { "seconds", required_argument, 0, 's' },
+		{ "policy", required_argument, 0, 'p' }, { "repeat", required_argument, 0, 'r' },
+		{ "json", no_argument, 0, 'j' }, { 0 } };
+	int c;
+
+	while ((c = getopt_long(argc, argv, "b:s:p:r:j", opts, NULL)) != -1) {
+		switch (c) {
+		case 'b': batch = (unsigned)atoi(optarg); break;
+		case 's': seconds = atof(optarg); break;
+		case 'p': su.policy = optarg; break;
+		case 'r': reps = atoi(optarg); break;
+		case 'j': json = 1; break;
+		default: return 2;
+		}
+	}
+	su.fast = (uint64_t)su.layers * (su.pages + 1) + 16;
+	su.host = 16;
+	su.nvme = 0;
+	struct kvt_device *dev;
+	kvt_seq_t s;
+	struct kvt_pager *p = open_pager(&su, &dev, &s);
+	unsigned bsz[] = { 16, 64, 1024 };
+	uint32_t *idx = malloc(sizeof(uint32_t) * su.pages);
+	for (unsigned i = 0; i < su.pages; i++)
+		idx[i] = (i * 7919u) % su.pages;	/* a scattered order */
+
+	if (!json)
+		printf("%-8s %14s %10s\n", "batch", "pages/s", "ns/page");
+	for (unsigned bi = 0; bi < 3; bi++) {
+		unsigned n = batch ? batch : bsz[bi];
+		if (n > su.pages)
+			n = su.pages;
+		double rate[32];
+		int nk = reps < 32 ? reps : 32;
+		for (int k = 0; k < nk; k++) {
+			uint64_t pages = 0;
+			double t0 = bench_now(), t;
+			do {
+				for (int it = 0; it < 64; it++) {
+					unsigned l = (unsigned)it % su.layers;
+					unsigned off = (unsigned)(pages / n * n) % (su.pages - n + 1);
+					struct kvt_batch *b;
+					struct kvt_view v;
+					if (kvt_acquire(p, s, l, idx + off, n, &b))
+						die("acquire", -EIO);
+					while (kvt_batch_next(b, &v) > 0)
+						pages++;
+					kvt_batch_release(b);
+				}
+				kvt_pager_step(p);
+				t = bench_now() - t0;
+			} while (t < seconds / nk);
+			rate[k] = (double)pages / t;
+		}
+		double m = bench_median(rate, nk);
+		if (json)
+			printf("{\"bench\":\"pager\",\"batch\":%u,\"pages_per_s\":%.0f,\"ns_per_page\":%.2f,"
+			       "\"goal\":10000000,\"ratio_to_goal\":%.2f}\n", n, m, 1e9 / m, m / 1e7);
+		else
+			printf("%-8u %14.0f %10.2f\n", n, m, 1e9 / m);
+		fflush(stdout);
+		if (batch)
+			break;
+	}
+	free(idx);
+	kvt_pager_close(p);
+	kvt_device_close(dev);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * scan: every page of every layer each step, over three tiers
+ */
+
+struct scan_result {
+	double step_s;		/* median seconds per step */
+	double fast_hit, upper_hit;	/* fast hits / lookups; (fast+host) / lookups */
+	double nvme_bytes;	/* per step */
+};
+
+static void run_scan(const struct setup *su, unsigned steps, int do_touch, struct scan_result *res)
+{
+	struct kvt_device *dev;
+	struct kvt_stats a, b;
+	kvt_seq_t s;
+	uint64_t sink = 0;
+	double t[64];
+	struct kvt_pager *p = open_pager(su, &dev, &s);
+
+	scan_step(p, s, su->layers, do_touch, &sink);	/* warm: reach steady state */
+	kvt_pager_stats(p, &a);
+	for (unsigned i = 0; i < steps && i < 64; i++) {
+		double t0 = bench_now();
+		scan_step(p, s, su->layers, do_touch, &sink);
+		t[i] = bench_now() - t0;
+	}
+	kvt_pager_stats(p, &b);
+	unsigned n = steps < 64 ? steps : 64;
+	res->step_s = bench_median(t, (int)n);
+	double look = (double)(b.tier[0].hits + b.tier[0].misses - a.tier[0].hits - a.tier[0].misses);
+	res->fast_hit = look ? (double)(b.tier[0].hits - a.tier[0].hits) / look : 0;
+	res->upper_hit = look ? (double)(b.tier[0].hits - a.tier[0].hits + b.tier[1].hits - a.tier[1].hits) / look : 0;
+	res->nvme_bytes = (double)(b.tier[2].bytes_out - a.tier[2].bytes_out) / n;
+	if (sink == 42)
+		fputc(' ', stderr);	/* keep the reads */
+	kvt_pager_close(p);
+	kvt_device_close(dev);
+}
+
+static int bench_scan(int argc, char **argv)
+{
+	struct setup su = { .layers = 8, .pages = 1024, .page_tokens = 16, .kv_heads = 8,
+			    .head_dim = 128, .depth = 32, .prefetch = 2 };
+	const char *policies = "lru,clock,mru";
+	unsigned steps = 5;
+	int no_touch = 0;
+	static const struct option opts[] = {
+		{ "layers", required_argument, 0, 'l' }, { "pages", required_argument, 0, 'n' },
+		{ "steps", required_argument, 0, 's' }, { "policies", required_argument, 0, 'p' },
+		{ "dir", required_argument, 0, 'd' }, { "depth", required_argument, 0, 'q' },
+		{ "prefetch", required_argument, 0, 'f' }, { "no-touch", no_argument, 0, 'T' },
+		{ "json", no_argument, 0, 'j' }, { 0 } };
+	int c;
+
+	while ((c = getopt_long(argc, argv, "l:n:s:p:d:q:f:Tj", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l': su.layers = (unsigned)atoi(optarg); break;
+		case 'n': su.pages = (unsigned)atoi(optarg); break;
+		case 's': steps = (unsigned)atoi(optarg); break;
+		case 'p': policies = optarg; break;
+		case 'd': su.dir = optarg; break;
+		case 'q': su.depth = (unsigned)atoi(optarg); break;
+		case 'f': su.prefetch = (unsigned)atoi(optarg); break;
+		case 'T': no_touch = 1; break;
+		case 'j': json = 1; break;
+		default: return 2;
+		}
+	}
+	uint64_t total = (uint64_t)su.layers * su.pages;
+	uint64_t pb = (uint64_t)su.page_tokens * su.kv_heads * su.head_dim * 2 * 2;
+
+	/* Reference 1: everything resident in the fast tier. */
+	struct scan_result res;
+	struct setup all = su;
+	all.fast = total + su.layers + 16;
+	all.host = 16;
+	all.nvme = 0;
+	all.policy = "lru";
+	run_scan(&all, steps, !no_touch, &res);
+	double t_res = res.step_s;
+
+	/* Reference 2: fio random reads of the largest request the pager
+	 * makes (coalesced neighbours, max_io_bytes = 1 MiB) at its depth:
+	 * the most the disk gives it. */
+	char file[512];
+	double fio = 0;
+	uint64_t fsz = total * pb < (1ull << 30) ? total * pb : (1ull << 30), fbs = 1 << 20;
+	if (bench_make_file(su.dir, fsz, file, sizeof(file)) == 0) {
+		fio = bench_fio(file, fsz, fbs, su.depth, "randread", 3);
+		unlink(file);
+	}
+	if (!json) {
+		printf("scan: %u layers x %u pages of %llu KiB = %.0f MiB; fast %llu, host %llu pages\n",
+		       su.layers, su.pages, (unsigned long long)(pb >> 10), (double)(total * pb) / (1 << 20),
+		       (unsigned long long)(total / 4), (unsigned long long)(total / 4));
+		printf("all resident: %.1f ms/step; fio randread %lluK qd%u: %.2f GB/s%s\n",
+		       t_res * 1e3, (unsigned long long)(fbs >> 10), su.depth, fio / 1e9,
+		       fio ? "" : " (fio missing: bound uses the resident time only)");
+		printf("%-8s %9s %9s %12s %11s %10s %7s\n", "policy", "fast hit", "fast+host",
+		       "nvme MB/step", "ms/step", "bound ms", "ratio");
+	}
+	char list[256];
+	snprintf(list, sizeof(list), "%s", policies);
+	for (char *save = NULL, *pol = strtok_r(list, ",", &save); pol; pol = strtok_r(NULL, ",", &save)) {
+		struct setup tiered = su;
+		tiered.fast = total / 4 + su.layers;	/* the tails' frames on top */
+		tiered.host = total / 4;
+		tiered.nvme = total + total / 8;
+		tiered.policy = pol;
+		run_scan(&tiered, steps, !no_touch, &res);
+		double io_bound = fio ? res.nvme_bytes / fio : 0;
+		double bound = t_res > io_bound ? t_res : io_bound;
+		if (json)
+			printf("{\"bench\":\"scan\",\"policy\":\"%s\",\"layers\":%u,\"pages\":%u,\"page_bytes\":%llu,"
+			       "\"fast_hit\":%.4f,\"upper_hit\":%.4f,\"nvme_bytes_per_step\":%.0f,"
+			       "\"step_ms\":%.2f,\"resident_ms\":%.2f,\"fio_gbps\":%.3f,\"bound_ms\":%.2f,"
+			       "\"ratio\":%.3f}\n", pol, su.layers, su.pages, (unsigned long long)pb,
+			       res.fast_hit, res.upper_hit, res.nvme_bytes, res.step_s * 1e3, t_res * 1e3,
+			       fio / 1e9, bound * 1e3, res.step_s / bound);
+		else
+			printf("%-8s %9.3f %9.3f %12.1f %11.1f %10.1f %7.2f\n", pol, res.fast_hit,
+			       res.upper_hit, res.nvme_bytes / 1e6, res.step_s * 1e3, bound * 1e3,
+			       res.step_s / bound);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * main
+ */
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: kvt-bench io|copy|pager|scan|all [options] [--json]\n"
+		   "  io     NVMe tier read/write bandwidth vs fio (--bs, --depth, --seconds, --file)\n"
+		   "  copy   fast<->host copy bandwidth vs memcpy (--sizes, --total)\n"
+		   "  pager  acquire+release of resident pages per second on one core (--batch)\n"
+		   "  scan   full-attention scan, fast 1/4, host 1/4, NVMe the rest, vs its bound\n"
+		   "         (--layers, --pages, --steps, --policies, --dir, --depth, --prefetch)\n"
+		   "  all    each of the above with short defaults\n");
+	return f == stderr ? 2 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	const char *cmd = argv[1];
+	argc--;
+	argv++;
+	if (!strcmp(cmd, "io"))
+		return bench_io(argc, argv);
+	if (!strcmp(cmd, "copy"))
+		return bench_copy(argc, argv);
+	if (!strcmp(cmd, "pager"))
+		return bench_pager(argc, argv);
+	if (!strcmp(cmd, "scan"))
+		return bench_scan(argc, argv);
+	if (!strcmp(cmd, "all")) {
+		char *io[] = { "io", "--bs", "256K,1M", "--depth", "1,8,32", "--seconds", "2", NULL };
+		char *cp[] = { "copy", NULL };
+		char *pg[] = { "pager", NULL };
+		char *sc[] = { "scan", NULL };
+		int r = 0;
+		printf("== io\n");
+		fflush(stdout);
+		r |= bench_io(7, io);
+		optind = 1;
+		printf("== copy\n");
+		r |= bench_copy(1, cp);
+		optind = 1;
+		printf("== pager\n");
+		r |= bench_pager(1, pg);
+		optind = 1;
+		printf("== scan\n");
+		r |= bench_scan(1, sc);
+		return r;
+	}
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help"))
+		return usage(stdout);
+	fprintf(stderr, "kvt-bench: unknown command \"%s\"\n", cmd);
+	return usage(stderr);
+}
