@@ -28,6 +28,9 @@ TEST_SRC = $(wildcard tests/t_*.c)
 TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON = $(BUILD)/tests/common.o
 
+# Keep the objects of tests and tools: they are not throwaway intermediates.
+.SECONDARY:
+
 .PHONY: all lib tools tests test run bench asan tsan deps deps-check clean help
 
 # all: the library (static and shared) and the tools
@@ -95,11 +98,11 @@ bench: deps-check
 
 # asan: the suite under AddressSanitizer and UBSan
 asan: deps-check
-	@$(MAKE) --no-print-directory BUILD=build/asan SAN=address,undefined OPT=-O1 test
+	@KVT_TEST_SCALE=4 $(MAKE) --no-print-directory BUILD=build/asan SAN=address,undefined OPT=-O1 test
 
 # tsan: the suite under ThreadSanitizer
 tsan: deps-check
-	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 test
+	@KVT_TEST_SCALE=4 $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 test
 
 clean:
 	rm -rf build

@@ -1904,7 +1904,7 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 			continue;
 		}
 		live++;
-		if (!pg->refs)
+		if (!pg->refs && !(pg->flags & PF_DOOMED))
 			BAD("page %u live with no references", s);
 		for (int ti = 0; ti < KVT_NTIERS; ti++)
 			if (pg->frame[ti] != NO_FRAME && p->t[ti].owner[pg->frame[ti]] != s)
@@ -1939,7 +1939,8 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 				refs[q->lt[l].pg[k]]++;
 	}
 	for (uint32_t s = 0; s < p->npages; s++)
-		if (p->pages[s].state != P_FREE && refs[s] != p->pages[s].refs) {
+		if (p->pages[s].state != P_FREE && refs[s] != p->pages[s].refs &&
+		    !(p->pages[s].flags & PF_DOOMED)) {
 			snprintf(err, errlen, "page %u: %u references held, %u recorded", s, refs[s],
 				 p->pages[s].refs);
 			free(refs);

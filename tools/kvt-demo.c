@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt-demo: the pager under a synthetic long-context decode. A context
+ * whose KV cache is several times the fast tier is prefilled, then every
+ * decode step appends one token per layer and runs full attention (one
+ * query per KV head, online softmax) over every page of every layer,
+ * taking the pages in the order the pager hands them over. Each page's
+ * contents are checked against what was written. Ends with the tier table.
+ *
+ * `make run` runs it on its embedded defaults; `kvt-demo --help` for more.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvt/pager.h>
+
+typedef _Float16 half;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= KVT_LOG_WARN)
+		fprintf(stderr, "kvt-demo: %s\n", msg);
+}
+
+/* The value written at element i of token t of layer l (K or V): small
+ * numbers exactly representable in f16, so the check is exact. */
+static inline half val(unsigned l, unsigned t, unsigned i, int v)
+{
+	return (half)((float)((l * 31u + t * 7u + i * 3u + (unsigned)v * 11u) % 64u) / 64.0f - 0.5f);
+}
+
+/* Online softmax over one page's tokens, per KV head: the partial state
+ * (running max, sum, weighted V) carries from page to page, so the order
+ * pages arrive in does not matter. */
+#define ATTEND_BODY \
+	for (unsigned j = 0; j < ntok; j++) \
+		for (unsigned h = 0; h < H; h++) { \
+			const half *kr = pk + (size_t)j * H * D + h * D; \
+			const half *vr = pv + (size_t)j * H * D + h * D; \
+			const float *qh = q + h * D; \
+			float *ah = acc + h * D; \
+			float dot = 0; \
+			for (unsigned i = 0; i < D; i++) \
+				dot += qh[i] * (float)kr[i]; \
+			dot /= sqrtf((float)D); \
+			float m = dot > mx[h] ? dot : mx[h]; \
+			float scale = expf(mx[h] - m), w = expf(dot - m); \
+			sum[h] = sum[h] * scale + w; \
+			for (unsigned i = 0; i < D; i++) \
+				ah[i] = ah[i] * scale + w * (float)vr[i]; \
+			mx[h] = m; \
+		}
+
+__attribute__((target("avx2,fma,f16c"), optimize("O3", "fast-math")))
+static void attend_f16c(const half *pk, const half *pv, unsigned ntok, unsigned H, unsigned D,
+			const float *q, float *acc, float *mx, float *sum)
+{
+	ATTEND_BODY
+}
+
+static void attend_plain(const half *pk, const half *pv, unsigned ntok, unsigned H, unsigned D,
+			 const float *q, float *acc, float *mx, float *sum)
+{
+	ATTEND_BODY
+}
+
+static void attend(const half *pk, const half *pv, unsigned ntok, unsigned H, unsigned D,
+		   const float *q, float *acc, float *mx, float *sum)
+{
+	static int fast = -1;
+	if (fast < 0)
+		fast = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	(fast ? attend_f16c : attend_plain)(pk, pv, ntok, H, D, q, acc, mx, sum);
+}
+
+static int bar_on;
+
+static void bar(const char *what, double frac, const char *extra)
+{
+	if (!bar_on)
+		return;
+	int w = 30, n = (int)(frac * w + 0.5);
+	fprintf(stderr, "\r%-8s [", what);
+	for (int i = 0; i < w; i++)
+		fputc(i < n ? '#' : ' ', stderr);
+	fprintf(stderr, "] %3.0f%% %s\033[K", frac * 100, extra);
+	fflush(stderr);
+}
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	double x = strtod(s, &end);
+	switch (*end) {
+	case 'k': case 'K': x *= 1 << 10; break;
+	case 'm': case 'M': x *= 1 << 20; break;
+	case 'g': case 'G': x *= 1 << 30; break;
+	case 0: break;
+	default: fprintf(stderr, "kvt-demo: bad size \"%s\"\n", s); exit(2);
+	}
+	return (uint64_t)x;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvt-demo [options]\n"
+		"  -c, --config FILE   INI file (docs/config.md); flags below override it\n"
+		"  -t, --context N     tokens of context to prefill (default 16384)\n"
+		"  -s, --steps N       decode steps (default 12)\n"
+		"  -l, --layers N      layers (default 8)\n"
+		"      --fast SIZE     fast tier (default 64M: 1/8 of the KV)\n"
+		"      --host SIZE     host tier (default 128M)\n"
+		"      --nvme SIZE     NVMe tier (default 1G)\n"
+		"      --dir PATH      where the NVMe-tier file goes (default $TMPDIR or /tmp)\n"
+		"  -p, --policy NAME   policy of every tier (default mru)\n"
+		"      --prefetch N    layers prefetched ahead (default 2)\n"
+		"      --json          print the final stats as JSON\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct kvt_config cfg;
+	char err[512];
+	unsigned context = 16384, steps = 12;
+	int json = 0, r;
+	const char *policy = "mru";
+	static const struct option opts[] = {
+		{ "config", required_argument, 0, 'c' }, { "context", required_argument, 0, 't' },
+		{ "steps", required_argument, 0, 's' }, { "layers", required_argument, 0, 'l' },
+		{ "fast", required_argument, 0, 'F' }, { "host", required_argument, 0, 'H' },
+		{ "nvme", required_argument, 0, 'N' }, { "dir", required_argument, 0, 'd' },
+		{ "policy", required_argument, 0, 'p' }, { "prefetch", required_argument, 0, 'P' },
+		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' }, { 0 } };
+
+	kvt_config_default(&cfg);
+	cfg.n_layers = 8;
+	cfg.tier[KVT_TIER_FAST].bytes = 64ull << 20;
+	cfg.tier[KVT_TIER_HOST].bytes = 128ull << 20;
+	cfg.tier[KVT_TIER_NVME].bytes = 1ull << 30;
+	/* A config file first, so flags override it. */
+	for (int i = 1; i < argc - 1; i++)
+		if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) {
+			policy = NULL;
+			if ((r = kvt_config_load(&cfg, argv[i + 1], err, sizeof(err)))) {
+				fprintf(stderr, "kvt-demo: %s\n", err);
+				return 2;
+			}
+		}
+	int c;
+	while ((c = getopt_long(argc, argv, "c:t:s:l:p:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': break;
+		case 't': context = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 's': steps = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'l': cfg.n_layers = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'F': cfg.tier[KVT_TIER_FAST].bytes = parse_size(optarg); break;
+		case 'H': cfg.tier[KVT_TIER_HOST].bytes = parse_size(optarg); break;
+		case 'N': cfg.tier[KVT_TIER_NVME].bytes = parse_size(optarg); break;
+		case 'd': snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", optarg); break;
+		case 'p': policy = optarg; break;
+		case 'P': cfg.prefetch_depth = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'j': json = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (policy)
+		for (int t = 0; t < KVT_NTIERS; t++)
+			snprintf(cfg.tier[t].policy, sizeof(cfg.tier[t].policy), "%s", policy);
+	cfg.dtype_bytes = 2;
+	cfg.log = log_cb;
+	if ((r = kvt_config_validate(&cfg, err, sizeof(err)))) {
+		fprintf(stderr, "kvt-demo: %s\n", err);
+		return 2;
+	}
+	uint64_t pb = kvt_config_page_bytes(&cfg);
+	unsigned pt = cfg.page_tokens, L = cfg.n_layers, H = cfg.n_kv_heads, D = cfg.head_dim;
+	uint64_t kv_pages = (uint64_t)L * ((context + steps + pt - 1) / pt);
+	uint64_t frames = cfg.tier[0].bytes / pb + cfg.tier[1].bytes / pb + cfg.tier[2].bytes / pb;
+	if (kv_pages + L > frames) {
+		fprintf(stderr, "kvt-demo: the context needs %llu pages of %llu KiB but the tiers hold %llu; "
+			"raise --nvme or lower --context\n", (unsigned long long)kv_pages,
+			(unsigned long long)(pb >> 10), (unsigned long long)frames);
+		return 2;
+	}
+	bar_on = isatty(2);
+
+	struct kvt_device *dev;
+	struct kvt_pager *p;
+	kvt_seq_t s;
+	if ((r = kvt_device_open(cfg.device, cfg.copy_gbps, &dev))) {
+		fprintf(stderr, "kvt-demo: device \"%s\": %s\n", cfg.device, strerror(-r));
+		return 1;
+	}
+	if ((r = kvt_pager_open(&cfg, dev, &p))) {
+		fprintf(stderr, "kvt-demo: cannot open the pager: %s\n", strerror(-r));
+		return 1;
+	}
+	if ((r = kvt_seq_open(p, &s))) {
+		fprintf(stderr, "kvt-demo: %s\n", strerror(-r));
+		return 1;
+	}
+	printf("kvt-demo: %u layers x %u KV heads x %u dims, %u tokens/page (%llu KiB pages), device %s\n",
+	       L, H, D, pt, (unsigned long long)(pb >> 10), kvt_device_name(dev));
+	printf("context %u tokens = %.0f MiB of KV; fast %.0f MiB, host %.0f MiB, nvme %.0f MiB; "
+	       "policy %s, prefetch %u layers\n", context,
+	       (double)kv_pages * (double)pb / (1 << 20), (double)cfg.tier[0].bytes / (1 << 20),
+	       (double)cfg.tier[1].bytes / (1 << 20), (double)cfg.tier[2].bytes / (1 << 20),
+	       cfg.tier[0].policy, cfg.prefetch_depth);
+	fflush(stdout);
+
+	/* Prefill, a chunk of tokens at a time. */
+	unsigned chunk = 256, tokd = H * D;
+	half *k = malloc(sizeof(half) * tokd * chunk), *v = malloc(sizeof(half) * tokd * chunk);
+	if (!k || !v)
+		return 1;
+	double t0 = now();
+	for (unsigned t = 0; t < context; t += chunk) {
+		unsigned n = context - t < chunk ? context - t : chunk;
+		for (unsigned l = 0; l < L; l++) {
+			for (unsigned j = 0; j < n; j++)
+				for (unsigned i = 0; i < tokd; i++) {
+					k[j * tokd + i] = val(l, t + j, i, 0);
+					v[j * tokd + i] = val(l, t + j, i, 1);
+				}
+			if ((r = kvt_seq_append(p, s, l, k, v, n))) {
+				fprintf(stderr, "\nkvt-demo: append: %s\n", strerror(-r));
+				return 1;
+			}
+		}
+		char ex[64];
+		snprintf(ex, sizeof(ex), "prefill %u/%u tokens", t + n, context);
+		bar("prefill", (double)(t + n) / context, ex);
+	}
+	double t_prefill = now() - t0;
+
+	/* Decode: append one token, attend over everything. */
+	float *q = malloc(sizeof(float) * tokd), *acc = malloc(sizeof(float) * tokd);
+	float *mx = malloc(sizeof(float) * H), *sum = malloc(sizeof(float) * H);
+	uint64_t mismatches = 0, pages_seen = 0;
+	double t_attn = 0;
+	t0 = now();
+	for (unsigned st = 0; st < steps; st++) {
+		unsigned pos = context + st;
+		for (unsigned l = 0; l < L; l++) {
+			for (unsigned i = 0; i < tokd; i++) {
+				k[i] = val(l, pos, i, 0);
+				v[i] = val(l, pos, i, 1);
+			}
+			if ((r = kvt_seq_append(p, s, l, k, v, 1))) {
+				fprintf(stderr, "\nkvt-demo: append: %s\n", strerror(-r));
+				return 1;
+			}
+		}
+		for (unsigned l = 0; l < L; l++) {
+			struct kvt_batch *b;
+			struct kvt_view vw;
+			for (unsigned i = 0; i < tokd; i++) {
+				q[i] = (float)((i * 13 + l) % 17) / 17.0f - 0.5f;
+				acc[i] = 0;
+			}
+			for (unsigned h = 0; h < H; h++) {
+				mx[h] = -INFINITY;
+				sum[h] = 0;
+			}
+			if ((r = kvt_acquire(p, s, l, NULL, 0, &b))) {
+				fprintf(stderr, "\nkvt-demo: acquire: %s\n", strerror(-r));
+				return 1;
+			}
+			while ((r = kvt_batch_next(b, &vw)) != 0) {
+				if (r < 0) {
+					fprintf(stderr, "\nkvt-demo: page %u of layer %u: %s\n", vw.page, l, strerror(-r));
+					return 1;
+				}
+				const half *pk = vw.k, *pv = vw.v;
+				unsigned t = vw.page * pt;
+				double a0 = now();
+				attend(pk, pv, vw.ntok, H, D, q, acc, mx, sum);
+				t_attn += now() - a0;
+				/* Check the first and last element of K and V. */
+				unsigned last = vw.ntok - 1;
+				if (pk[0] != val(l, t, 0, 0) || pv[0] != val(l, t, 0, 1) ||
+				    pk[(size_t)last * tokd + tokd - 1] != val(l, t + last, tokd - 1, 0) ||
+				    pv[(size_t)last * tokd + tokd - 1] != val(l, t + last, tokd - 1, 1))
+					mismatches++;
+				pages_seen++;
+			}
+			kvt_batch_release(b);
+		}
+		kvt_pager_step(p);
+		char ex[64];
+		snprintf(ex, sizeof(ex), "decode step %u/%u", st + 1, steps);
+		bar("decode", (double)(st + 1) / steps, ex);
+	}
+	double t_decode = now() - t0;
+	if (bar_on)
+		fputc('\n', stderr);
+
+	struct kvt_stats stt;
+	kvt_pager_stats(p, &stt);
+	if (json) {
+		char buf[16384];
+		if (kvt_stats_json(&stt, buf, sizeof(buf)) > 0)
+			printf("%s\n", buf);
+	} else {
+		printf("\nprefill %.2f s (%.0f tokens/s); decode %.2f s for %u steps (%.2f tokens/s, %.0f ms/step, "
+		       "%.0f ms of it attention)\n", t_prefill, context / t_prefill, t_decode, steps,
+		       steps / t_decode, t_decode / steps * 1e3, t_attn / steps * 1e3);
+		printf("pages read %llu, checked %llu, mismatches %llu\n\n",
+		       (unsigned long long)stt.acquires, (unsigned long long)pages_seen,
+		       (unsigned long long)mismatches);
+		printf("%-5s %9s %9s %10s %10s %6s %9s %9s %9s %9s %9s\n", "tier", "MiB", "used MiB",
+		       "hits", "misses", "hit%", "promoted", "demoted", "MB in", "MB out", "avg us");
+		for (int t = 0; t < KVT_NTIERS; t++) {
+			const struct kvt_tier_stats *ts = &stt.tier[t];
+			double look = (double)(ts->hits + ts->misses);
+			printf("%-5s %9.0f %9.0f %10llu %10llu %6.1f %9llu %9llu %9.0f %9.0f %9.0f\n",
+			       kvt_tier_name(t), (double)(ts->capacity * ts->frame_bytes) / (1 << 20),
+			       (double)(ts->used * ts->frame_bytes) / (1 << 20),
+			       (unsigned long long)ts->hits, (unsigned long long)ts->misses,
+			       look ? 100.0 * (double)ts->hits / look : 0.0,
+			       (unsigned long long)ts->promotions, (unsigned long long)ts->demotions,
+			       (double)ts->bytes_in / 1e6, (double)ts->bytes_out / 1e6,
+			       ts->io_count ? (double)ts->io_ns_total / (double)ts->io_count / 1e3 : 0.0);
+		}
+		printf("\nprefetch: issued %llu, hit %llu, late %llu, wasted %llu, dropped %llu; "
+		       "stalled %.0f ms; lost pages %llu\n",
+		       (unsigned long long)stt.prefetch_issued, (unsigned long long)stt.prefetch_hit,
+		       (unsigned long long)stt.prefetch_late, (unsigned long long)stt.prefetch_wasted,
+		       (unsigned long long)stt.prefetch_dropped, (double)stt.stall_ns / 1e6,
+		       (unsigned long long)stt.lost_pages);
+		printf("nvme: %s I/O, registered files %s, buffers %s%s%s\n",
+		       stt.nvme_direct ? "O_DIRECT" : "buffered", stt.nvme_registered_files ? "yes" : "no",
+		       stt.nvme_registered_buffers ? "yes" : "no", stt.nvme_notes[0] ? "; " : "",
+		       stt.nvme_notes);
+		static const char *const huge[] = { "none", "auto", "hugetlb", "thp" };
+		printf("host: huge pages %s, mlocked %s%s%s\n", huge[stt.host_hugepages & 3],
+		       stt.host_mlocked ? "yes" : "no", stt.host_notes[0] ? "; " : "", stt.host_notes);
+	}
+	free(k); free(v); free(q); free(acc); free(mx); free(sum);
+	kvt_seq_close(p, s);
+	kvt_pager_close(p);
+	kvt_device_close(dev);
+	return mismatches ? 1 : 0;
+}
