@@ -143,6 +143,8 @@ struct kvt_pager {
 	uint64_t	events;		/* bumped when pins drop or pages free */
 	uint64_t	nvme_paused_until;	/* ns; demotion to NVMe paused */
 	uint64_t	alloc_fail;	/* bumped when a waited-for frame cannot be had */
+	uint32_t	moving;		/* pages in flight on the migration thread */
+	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 
 	struct kvt_stats st;		/* counters not kept per tier */
 

@@ -380,13 +380,21 @@ static int setup_ring(struct kvt_nvme *n, unsigned depth)
 	return 0;
 }
 
-/* Tear down whatever part of an open got done. */
+/* Tear down whatever part of an open got done. The ring's own teardown
+ * is asynchronous in the kernel and would hold the registered file a
+ * while longer (a block device's O_EXCL claim, a mount): unregistering
+ * first drops that reference before we return. */
 static void nvme_free(struct kvt_nvme *n)
 {
 	unsigned i;
 
-	if (n->ring_ok)
+	if (n->ring_ok) {
+		if (n->info.registered_files)
+			io_uring_unregister_files(&n->ring);
+		if (n->buf_base)
+			io_uring_unregister_buffers(&n->ring);
 		io_uring_queue_exit(&n->ring);
+	}
 	if (n->fd >= 0)
 		close(n->fd);
 	if (n->unlink_at_close)

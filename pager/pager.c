@@ -432,6 +432,7 @@ static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint
 		uint32_t f = frame_alloc_run(dst, 1, &got);
 		dst->owner[f] = s;
 		pg->state = P_MOVING;
+		p->moving++;
 		mv[m++] = (struct move){ .slot = s, .from = pg->frame[ti], .to = f };
 	}
 	if (!m)
@@ -468,6 +469,9 @@ static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint
 	pthread_mutex_lock(&p->lock);
 
 	int moved = 0;
+	if (ti + 1 == KVT_TIER_NVME)
+		kvt_nvme_info(p->nvme, &p->nvme_info);
+	p->moving -= m;
 	for (uint32_t i = 0; i < m; i++) {
 		uint32_t s = mv[i].slot;
 		struct page *pg = &p->pages[s];
@@ -579,6 +583,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		if (pg->frame[target] != NO_FRAME || pg->frame[KVT_TIER_FAST] != NO_FRAME)
 			continue;
 		pg->state = P_MOVING;
+		p->moving++;
 		if (prefetch)
 			pg->flags |= PF_PFMOVE;
 		mv[m++] = (struct move){ .slot = s, .from = NO_FRAME, .to = NO_FRAME,
@@ -608,6 +613,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		}
 		if (!ok) {
 			pg->state = P_READY;
+			p->moving--;
 			pg->flags &= ~PF_PFMOVE;
 			if (prefetch) {
 				p->st.prefetch_dropped++;
@@ -677,6 +683,9 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	uint64_t dt = now_ns() - t0;
 	pthread_mutex_lock(&p->lock);
 
+	p->moving -= m;
+	if (nio)
+		kvt_nvme_info(p->nvme, &p->nvme_info);
 	for (uint32_t i = 0; i < nio; i++) {
 		struct move *x = io[i].user;
 		kvt_lat_record(&nvme->st, io[i].lat_ns);
@@ -1038,6 +1047,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		}
 		if (kvt_nvme_register_buffers(p->nvme, p->host.base, p->host.bytes))
 			plog(p, KVT_LOG_INFO, "nvme tier: plain buffers (registration refused)");
+		kvt_nvme_info(p->nvme, &p->nvme_info);
 	}
 
 	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, p->fast_mem);
@@ -1563,7 +1573,8 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 			/* A promotion that failed for want of a frame is retried
 			 * while pins keep dropping; after a quiet wait it is
 			 * reported. */
-			give_up = w == ETIMEDOUT && p->events == ev;
+			give_up = w == ETIMEDOUT && p->events == ev && !p->moving &&
+				  !p->demand.n;
 			ev = p->events;
 		}
 		p->st.stall_ns += now_ns() - t0;
@@ -1854,6 +1865,9 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->tier[ti] = p->t[ti].st;
 		st->tier[ti].used = p->t[ti].nframes - p->t[ti].nfree;
 	}
+	/* The ring's own counters, as the migration thread last copied them
+	 * (it owns the ring and runs it without the lock). */
+	ni = p->nvme_info;
 	pthread_mutex_unlock(&p->lock);
 	st->host_hugepages = p->host.hugepages;
 	st->host_mlocked = p->host.mlocked;
@@ -1861,7 +1875,6 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->host_overhead_bytes = p->host.mapped - p->host.bytes;
 	snprintf(st->host_notes, sizeof(st->host_notes), "%s", p->host.notes);
 	if (p->nvme) {
-		kvt_nvme_info(p->nvme, &ni);
 		st->nvme_direct = ni.direct;
 		st->nvme_registered_files = ni.registered_files;
 		st->nvme_registered_buffers = ni.registered_buffers;

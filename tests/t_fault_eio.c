@@ -6,8 +6,8 @@
  * XXH3 check fails), and every page is acquired.
  *  - the pages whose reads failed, and only they, come back as -EIO
  *    (view.page naming them), every other page is bit-exact;
- *  - stats: lost_pages == the number of -EIO pages, io_errors (EIO) or
- *    csum_failures (flip) count the failed reads;
+ *  - stats: lost_pages == the number of -EIO pages == one in N of the
+ *    reads made, io_errors (EIO) or csum_failures (flip) count them;
  *  - the invariant check passes;
  *  - lost is permanent: with the fault cleared a second pass reports the
  *    same pages -EIO and serves the rest;
@@ -165,6 +165,7 @@ int main(void)
 		f.flip_every = EVERY;
 	else
 		f.eio_every = EVERY;
+	struct kvt_tier_stats nv0 = st.tier[KVT_TIER_NVME];
 	set_fault(p, &f);
 	kvt_pager_step(p);
 	unsigned n1 = pass(p, s, &cfg, lost1);
@@ -178,6 +179,13 @@ int main(void)
 		LAYERS * NPG, (unsigned long long)st.io_errors,
 		(unsigned long long)st.csum_failures);
 	CHECK_EQ(st.lost_pages, n1);
+	/* Every page had its only copy on NVMe, so nothing was written during
+	 * the pass, and every NVMe transfer (io_count) was a read: exactly one
+	 * in EVERY failed, and each failure lost its page. */
+	CHECK_EQ(st.tier[KVT_TIER_NVME].bytes_in, nv0.bytes_in);
+	uint64_t reads = st.tier[KVT_TIER_NVME].io_count - nv0.io_count;
+	CHECK(reads >= LAYERS * NPG);
+	CHECK_EQ(n1, reads / EVERY);
 	if (FAULT_FLIP) {
 		CHECK(st.csum_failures >= 1);
 		CHECK_EQ(st.csum_failures, n1);

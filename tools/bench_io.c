@@ -30,8 +30,10 @@
  * per cent at depth 32 and 64 against fio, M = 8 was within noise of
  * M = 16 and 32, so M = 8 is the default.
  *
- * Output: a table (bs, depth, op, kvt MB/s, fio MB/s, kvt/fio), or with
- * --json one object per line per measurement. MB = 10^6 bytes. Each value
+ * Output: a table (bs, depth, op, kvt MB/s, fio MB/s, kvt/fio, and the CPU
+ * each used in per cent of one core: kvt's process including its io-wq
+ * workers, fio's job usr + sys), or with --json one object per line per
+ * measurement. MB = 10^6 bytes. Each value
  * is the median of --repeat runs, kvt and fio taking turns.
  */
 #define _GNU_SOURCE
@@ -43,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "pager/nvme.h"
@@ -307,13 +310,23 @@ static int populate(struct bench *b, unsigned depth)
 	return r;
 }
 
-/* kvt: bytes per second of op at (bs, depth), or a negative errno. */
-static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op)
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);	/* io-wq workers are our threads: counted */
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* kvt: bytes per second of op at (bs, depth), or a negative errno; *cpu:
+ * CPU time over wall time in per cent. */
+static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, double *cpu)
 {
 	unsigned nreq = depth * b->batch, i;
 	uint64_t slots = b->region_bytes / bs, bytes = 0;
 	struct kvt_io *io = calloc(nreq, sizeof(*io));
-	double t0, t1, end;
+	double t0, t1, end, c0;
 	int r = 0;
 
 	if (!io)
@@ -321,6 +334,7 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op)
 	kvt_nvme_set_depth(b->n, depth);
 	b->nperm = b->size / bs;
 	shuffle(b);
+	c0 = cpu_s();
 	t0 = now_s();
 	end = t0 + b->seconds;
 	do {
@@ -337,6 +351,7 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op)
 		bytes += (uint64_t)nreq * bs;
 		t1 = now_s();
 	} while (!r && t1 < end);
+	*cpu = (cpu_s() - c0) / (t1 - t0) * 100;
 	free(io);
 	if (r) {
 		fprintf(stderr, "kvt-bench io: kvt %s bs %" PRIu64 " depth %u: %s\n",
@@ -371,24 +386,28 @@ static int shell_quote(const char *s, char *out, size_t len)
 	return 0;
 }
 
-/* fio: bytes per second of op at (bs, depth), or a negative errno. */
-static double fio_point(struct bench *b, uint64_t bs, unsigned depth, int op)
+/* fio: bytes per second of op at (bs, depth), or a negative errno; *cpu:
+ * its job's usr_cpu + sys_cpu (per cent of its run time). */
+static double fio_point(struct bench *b, uint64_t bs, unsigned depth, int op, double *cpu)
 {
 	char qpath[2 * KVT_PATH_MAX], cmd[4 * KVT_PATH_MAX], *out = NULL, *p;
 	size_t len = 0, cap = 0;
 	unsigned long long bw;
+	double usr = 0, sys = 0;
+	const char *c;
 	FILE *f;
 	int st;
 
 	if (shell_quote(b->info.path, qpath, sizeof(qpath)))
 		return -ENAMETOOLONG;
-	snprintf(cmd, sizeof(cmd),
+	if (snprintf(cmd, sizeof(cmd),
 		 "fio --name=x --filename=%s --size=%" PRIu64 " --bs=%" PRIu64
 		 " --iodepth=%u --rw=%s --ioengine=io_uring --direct=%d --time_based"
 		 " --runtime=%llums --output-format=json %s 2>&1",
 		 qpath, b->size, bs, depth, op_name[op], b->info.direct,
 		 (unsigned long long)(b->seconds * 1000 + 0.5),
-		 b->fio_args ? b->fio_args : "");
+		 b->fio_args ? b->fio_args : "") >= (int)sizeof(cmd))
+		return -ENAMETOOLONG;
 	f = popen(cmd, "r");
 	if (!f)
 		return -errno;
@@ -420,6 +439,13 @@ static double fio_point(struct bench *b, uint64_t bs, unsigned depth, int op)
 		free(out);
 		return -EIO;
 	}
+	c = strstr(out, "\"usr_cpu\"");
+	if (c)
+		sscanf(c, "\"usr_cpu\" : %lf", &usr);
+	c = strstr(out, "\"sys_cpu\"");
+	if (c)
+		sscanf(c, "\"sys_cpu\" : %lf", &sys);
+	*cpu = usr + sys;
 	free(out);
 	return (double)bw;
 }
@@ -439,30 +465,31 @@ static double median_of(double *v, unsigned cnt)
 
 /* Medians of repeat runs of kvt and fio, taken in turns (kvt, fio, kvt,
  * ...) so that drift in the device (caches, throttling on a virtual disk)
- * hits both alike. *kvt < 0: its errno; *fio < 0: no fio result. */
-static void measure(struct bench *b, uint64_t bs, unsigned depth, int op,
-		    double *kvt, double *fio)
+ * hits both alike. r[0], r[1]: kvt bandwidth and CPU per cent, r[2], r[3]:
+ * fio's. r[0] < 0: kvt's errno; r[2] < 0: no fio result. */
+static void measure(struct bench *b, uint64_t bs, unsigned depth, int op, double r[4])
 {
-	double kv[64], fv[64];
+	double v[4][64];
 	unsigned k, cnt = b->repeat < 64 ? b->repeat : 64, nf = 0;
 
-	*fio = -1;
+	r[2] = r[3] = -1;
 	for (k = 0; k < cnt; k++) {
-		kv[k] = kvt_point(b, bs, depth, op);
-		if (kv[k] < 0) {
-			*kvt = kv[k];
+		v[0][k] = kvt_point(b, bs, depth, op, &v[1][k]);
+		if (v[0][k] < 0) {
+			r[0] = v[0][k];
 			return;
 		}
 		if (b->fio) {
-			double f = fio_point(b, bs, depth, op);
-
-			if (f > 0)
-				fv[nf++] = f;
+			v[2][nf] = fio_point(b, bs, depth, op, &v[3][nf]);
+			nf += v[2][nf] > 0;
 		}
 	}
-	*kvt = median_of(kv, cnt);
-	if (nf)
-		*fio = median_of(fv, nf);
+	r[0] = median_of(v[0], cnt);
+	r[1] = median_of(v[1], cnt);
+	if (nf) {
+		r[2] = median_of(v[2], nf);
+		r[3] = median_of(v[3], nf);
+	}
 }
 
 static void fmt_size(uint64_t v, char *out, size_t len)
@@ -570,39 +597,43 @@ int bench_io(int argc, char **argv)
 		goto out;
 	}
 	if (!b.json)
-		printf("%6s %6s %-10s %10s %10s %8s\n", "bs", "depth", "op", "kvt MB/s",
-		       "fio MB/s", "kvt/fio");
+		printf("%6s %6s %-10s %10s %10s %8s %8s %8s\n", "bs", "depth", "op",
+		       "kvt MB/s", "fio MB/s", "kvt/fio", "kvt cpu%", "fio cpu%");
 
 	for (i = 0; i < b.nbs; i++)
 		for (j = 0; j < b.ndepth; j++)
 			for (int op = KVT_IO_READ; op <= KVT_IO_WRITE; op++) {
 				uint64_t bs = b.bs[i];
 				unsigned depth = b.depth[j];
-				double kvt, fio;
-				char bss[32], fios[32], rat[32];
+				double m[4];
+				char bss[32], fios[32], rat[32], fcpu[32];
 
-				measure(&b, bs, depth, op, &kvt, &fio);
-				if (kvt < 0)
+				measure(&b, bs, depth, op, m);
+				if (m[0] < 0)
 					goto out;
 				fmt_size(bs, bss, sizeof(bss));
 				if (b.json) {
 					printf("{\"bench\":\"io\",\"bs\":%" PRIu64 ",\"depth\":%u,"
-					       "\"op\":\"%s\",\"direct\":%d,\"kvt_mbps\":%.1f",
-					       bs, depth, op_name[op], b.info.direct, kvt / 1e6);
-					if (fio > 0)
-						printf(",\"fio_mbps\":%.1f,\"ratio\":%.3f",
-						       fio / 1e6, kvt / fio);
+					       "\"op\":\"%s\",\"direct\":%d,\"batch\":%u,"
+					       "\"repeat\":%u,\"kvt_mbps\":%.1f,\"kvt_cpu_pct\":%.1f",
+					       bs, depth, op_name[op], b.info.direct, b.batch,
+					       b.repeat, m[0] / 1e6, m[1]);
+					if (m[2] > 0)
+						printf(",\"fio_mbps\":%.1f,\"fio_cpu_pct\":%.1f,"
+						       "\"ratio\":%.3f", m[2] / 1e6, m[3], m[0] / m[2]);
 					printf("}\n");
 				} else {
-					if (fio > 0) {
-						snprintf(fios, sizeof(fios), "%.1f", fio / 1e6);
-						snprintf(rat, sizeof(rat), "%.2f", kvt / fio);
+					if (m[2] > 0) {
+						snprintf(fios, sizeof(fios), "%.1f", m[2] / 1e6);
+						snprintf(rat, sizeof(rat), "%.2f", m[0] / m[2]);
+						snprintf(fcpu, sizeof(fcpu), "%.0f", m[3]);
 					} else {
 						strcpy(fios, "-");
 						strcpy(rat, "-");
+						strcpy(fcpu, "-");
 					}
-					printf("%6s %6u %-10s %10.1f %10s %8s\n", bss, depth,
-					       op_name[op], kvt / 1e6, fios, rat);
+					printf("%6s %6u %-10s %10.1f %10s %8s %8.0f %8s\n", bss,
+					       depth, op_name[op], m[0] / 1e6, fios, rat, m[1], fcpu);
 				}
 				fflush(stdout);
 			}
