@@ -39,6 +39,7 @@ enum page_flag {
 	PF_QDEMAND	= 1 << 4,	/* in the demand queue */
 	PF_QPREF	= 1 << 5,	/* in the prefetch queue */
 	PF_DOOMED	= 1 << 6,	/* freed while MOVING: free when it lands */
+	PF_UPFAST	= 1 << 7,	/* a batch needs it in the fast tier */
 };
 
 struct page {
@@ -144,6 +145,7 @@ struct kvt_pager {
 	uint64_t	nvme_paused_until;	/* ns; demotion to NVMe paused */
 	uint64_t	alloc_fail;	/* bumped when a waited-for frame cannot be had */
 	uint32_t	moving;		/* pages in flight on the migration thread */
+	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 
 	struct kvt_stats st;		/* counters not kept per tier */

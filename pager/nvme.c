@@ -9,8 +9,9 @@
  * create-then-switch order is what lets a failure leave nothing behind.
  *
  * Run: the caller's array is taken in windows of caller order (at most
- * ents_cap requests each; a window ends early before a request that
- * overlaps an earlier one of the window where one of the two is a write).
+ * ents_cap requests each; a window ends early before a request whose order
+ * against an earlier one of the window matters: overlapping in the file,
+ * one of the two a write, or in memory, one of the two a read).
  * A window is sorted by (op, off, index) into ents[] without moving the
  * caller's array, cut into ops (runs of adjacent offsets up to max_io, one
  * contiguous or registered buffer, else an iovec per buffer run) and
@@ -59,6 +60,12 @@ struct ent {
 	uint32_t op;		/* enum kvt_io_op, or OP_BAD */
 };
 
+/* A request's buffer, for the memory side of the conflict check. */
+struct span {
+	uintptr_t start, end;
+	uint32_t op;
+};
+
 /* One op: a run of requests submitted as one SQE (and its retries). */
 struct op {
 	struct op *next_free;
@@ -96,6 +103,7 @@ struct kvt_nvme {
 	size_t	 buf_bytes;		/* in CHUNK_MAX pieces, index = offset / CHUNK_MAX */
 
 	struct ent *ents;		/* (ents_cap) the current window, sorted */
+	struct span *spans;		/* (ents_cap) its buffers, sorted by address */
 	unsigned ents_cap;
 	struct op *ops;			/* (info.depth) op slots */
 	struct op *free;		/* free slots */
@@ -375,7 +383,8 @@ static int setup_ring(struct kvt_nvme *n, unsigned depth)
 	}
 	n->ents_cap = depth * 8 > 256 ? depth * 8 : 256;
 	n->ents = malloc(sizeof(*n->ents) * n->ents_cap);
-	if (!n->ents)
+	n->spans = malloc(sizeof(*n->spans) * n->ents_cap);
+	if (!n->ents || !n->spans)
 		return -ENOMEM;
 	return 0;
 }
@@ -404,6 +413,7 @@ static void nvme_free(struct kvt_nvme *n)
 			free(n->ops[i].iov_store);
 	free(n->ops);
 	free(n->ents);
+	free(n->spans);
 	free(n);
 }
 
@@ -573,7 +583,7 @@ static void build(struct kvt_nvme *n, const struct kvt_io *reqs, unsigned s, uns
 
 /* Does the sorted window ents[0, k) hold two overlapping requests, one of
  * them a write? Reads sort before writes, each by offset. */
-static int conflicts(const struct kvt_nvme *n, const struct kvt_io *reqs, unsigned k)
+static int file_conflicts(const struct kvt_nvme *n, const struct kvt_io *reqs, unsigned k)
 {
 	const struct ent *e = n->ents;
 	unsigned r, w, nr = 0;
@@ -602,6 +612,54 @@ static int conflicts(const struct kvt_nvme *n, const struct kvt_io *reqs, unsign
 			return 1;
 	}
 	return 0;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Do two requests of the window use overlapping memory, one of them a
+ * read (which writes that memory)? E.g. a frame written out and read
+ * into again in one batch. */
+static int mem_conflicts(struct kvt_nvme *n, const struct kvt_io *reqs, unsigned k)
+{
+	uintptr_t any = 0, rd = 0;	/* furthest end so far: all, reads */
+	unsigned i, m = 0;
+
+	for (i = 0; i < k; i++) {
+		const struct kvt_io *io = &reqs[n->ents[i].idx];
+
+		if (n->ents[i].op == OP_BAD)
+			continue;
+		n->spans[m].start = (uintptr_t)io->buf;
+		n->spans[m].end = (uintptr_t)io->buf + io->len;
+		n->spans[m++].op = n->ents[i].op;
+	}
+	qsort(n->spans, m, sizeof(*n->spans), span_cmp);
+	for (i = 0; i < m; i++) {
+		const struct span *sp = &n->spans[i];
+
+		if (sp->start < (sp->op == KVT_IO_READ ? any : rd))
+			return 1;
+		if (sp->end > any)
+			any = sp->end;
+		if (sp->op == KVT_IO_READ && sp->end > rd)
+			rd = sp->end;
+	}
+	return 0;
+}
+
+/* Build the window reqs[s, s + k) and say whether it must be cut: two of
+ * its requests overlap in the file (one a write) or in memory (one a
+ * read), so their order matters. */
+static int build_conflicts(struct kvt_nvme *n, const struct kvt_io *reqs,
+			   unsigned s, unsigned k)
+{
+	build(n, reqs, s, k);
+	return file_conflicts(n, reqs, k) || mem_conflicts(n, reqs, k);
 }
 
 /* ------------------------------------------------------------ the ring */
@@ -960,8 +1018,7 @@ static unsigned clean_prefix(struct kvt_nvme *n, const struct kvt_io *reqs,
 	while (hi - lo > 1) {
 		unsigned mid = lo + (hi - lo) / 2;
 
-		build(n, reqs, s, mid);
-		if (conflicts(n, reqs, mid))
+		if (build_conflicts(n, reqs, s, mid))
 			hi = mid;
 		else
 			lo = mid;
@@ -983,9 +1040,12 @@ int kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
 	if (nreq > n->ents_cap) {
 		/* Failing to grow only shortens the windows. */
 		struct ent *e = realloc(n->ents, sizeof(*e) * nreq);
+		struct span *sp = e ? realloc(n->spans, sizeof(*sp) * nreq) : NULL;
 
-		if (e) {
+		if (e)
 			n->ents = e;
+		if (sp) {
+			n->spans = sp;
 			n->ents_cap = nreq;
 		}
 	}
@@ -995,8 +1055,7 @@ int kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
 	while (s < nreq) {
 		unsigned k = nreq - s < n->ents_cap ? nreq - s : n->ents_cap;
 
-		build(n, reqs, s, k);
-		if (conflicts(n, reqs, k))
+		if (build_conflicts(n, reqs, s, k))
 			k = clean_prefix(n, reqs, s, k);
 		r = run_window(n, k);
 		if (r)

@@ -80,6 +80,9 @@ struct kvt_nvme_info {
  * missing path ending in '/': -ENOENT. Nothing is left behind on failure.
  * Returns 0 or -errno; *out is set only on success. */
 int  kvt_nvme_open(const struct kvt_nvme_opts *opts, struct kvt_nvme **out);
+/* Close (NULL is fine), removing a file open created. Returns after the
+ * kernel has let go of the file (a device's claim ends with it); after a
+ * ring failure that waits for any I/O still in flight. */
 void kvt_nvme_close(struct kvt_nvme *n);
 
 /* Register [base, base+bytes) as fixed buffers (chunks of at most 1 GiB),
@@ -92,14 +95,17 @@ int  kvt_nvme_register_buffers(struct kvt_nvme *n, void *base, size_t bytes);
  * (adjacent offsets of the same op; one fixed-buffer op when the buffers
  * are adjacent too, a vectored op otherwise). done (may be NULL) is called
  * once per request as it completes, in completion order, from the calling
- * thread; it must not call kvt_nvme_run. Returns 0 when every request ran
- * (each has its own res), or -errno when the ring itself failed: requests
- * not yet done then keep that res, may still be in flight, and the handle
- * only returns the same error until kvt_nvme_close. Short transfers are
- * retried for the rest. Reads and writes may be mixed; requests are not
- * reordered across an overlapping pair (one of them a write). A request
- * past the end (off + len > bytes) or with an unknown op completes with
- * -EINVAL, one with len 0 with 0, both without I/O. */
+ * thread; it must not call kvt_nvme_run. Short transfers are retried for
+ * the rest. Reads and writes may be mixed; requests are not reordered
+ * across an overlapping pair: in the file, one of them a write, or in
+ * memory, one of them a read (such a pair splits the batch, which costs a
+ * drain of the queue). A request past the end (off + len > bytes) or with
+ * an unknown op completes with -EINVAL, one with len 0 with 0, both
+ * without I/O.
+ * Returns 0 when every request ran (each has its own res), or -errno when
+ * the ring itself failed: requests not yet done then have that res, may
+ * still be in flight, and the handle returns the same error from then on
+ * until kvt_nvme_close. */
 int  kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
 		  void (*done)(void *arg, struct kvt_io *io), void *arg);
 

@@ -23,7 +23,7 @@
 
 #include "pager/internal.h"
 
-#define MAX_MOVE	128	/* pages per promotion batch */
+#define MAX_MOVE	128	/* pages per promotion batch, at most */
 #define MAX_VICTIMS	64	/* victims asked for at once */
 #define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
 #define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
@@ -55,13 +55,14 @@ struct kvt_batch {
 
 /* One page in flight in a promotion or demotion. */
 struct move {
-	uint32_t slot;
+	uint32_t slot, gen;
 	uint32_t from, to;	/* source and destination frame */
 	uint32_t hf;		/* host frame used on the way up from NVMe */
 	uint64_t fence;
 	uint64_t csum;
 	int	 res;
 	uint8_t	 via_nvme;
+	uint8_t	 up;		/* its destination is the fast tier */
 };
 
 static uint64_t now_ns(void)
@@ -350,7 +351,8 @@ static int unevictable(void *arg, uint64_t key)
 {
 	const struct vctx *c = arg;
 	const struct page *pg = &c->p->pages[key];
-	return pg->state != P_READY || pg->pins || pg->want ||
+	/* A page a batch waits for is kept where the batch will read it. */
+	return pg->state != P_READY || pg->pins || (pg->want && c->tier <= c->p->target) ||
 	       (copies(pg) == 1 && c->tier == c->p->last);
 }
 
@@ -520,7 +522,7 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
 	int res = 0;
 
 	for (uint32_t i = 0; i < n;) {
-		uint32_t nw = 0;
+		uint32_t nw = 0, start = i;
 		for (; i < n && nw < MAX_VICTIMS; i++) {
 			uint32_t s = pages[i].slot;
 			struct page *pg = &p->pages[s];
@@ -540,7 +542,11 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
 			int r = demote_write(p, ti, wl, nw);
 			if (r < 0)
 				return r;
-			if ((uint32_t)r < nw && !res)
+			/* The tier below had room for only some: it makes more
+			 * (writing further down) on the next round. */
+			if (r > 0 && (uint32_t)r < nw)
+				i = start;
+			else if ((uint32_t)r < nw && !res)
 				res = -EBUSY;
 		}
 	}
@@ -575,35 +581,52 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	uint32_t m = 0, need_fast = 0, need_host = 0;
 	int target = p->target;
 
+	/* Which pages go up, and how many fast frames that takes. */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = req[i].slot;
 		struct page *pg = &p->pages[s];
 		if (pg->gen != req[i].gen || pg->state != P_READY)
 			continue;
-		if (pg->frame[target] != NO_FRAME || pg->frame[KVT_TIER_FAST] != NO_FRAME)
+		/* A batch may need a page in the fast tier even when acquire
+		 * reads the host tier in place (a tail brought back by resume). */
+		int up = target == KVT_TIER_FAST || (pg->flags & PF_UPFAST);
+		if (pg->frame[KVT_TIER_FAST] != NO_FRAME || (!up && pg->frame[target] != NO_FRAME))
+			continue;
+		mv[m++] = (struct move){ .slot = s, .gen = req[i].gen, .from = NO_FRAME,
+					 .to = NO_FRAME, .hf = NO_FRAME, .up = (uint8_t)up };
+		need_fast += up;
+	}
+	if (!m)
+		return;
+
+	/* Fast frames first. Their reclaim may push pages into the host tier,
+	 * and host pages down to NVMe, ours among them: a page waiting to go
+	 * up is only protected in the tier it is wanted in, so a host tier
+	 * full of pages wanting the fast tier cannot deadlock the move. */
+	int rf = need_fast ? reclaim(p, KVT_TIER_FAST, need_fast, prefetch) : 0;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		struct move x = mv[i];
+		struct page *pg = &p->pages[x.slot];
+		if (pg->gen != x.gen || pg->state != P_READY || pg->frame[KVT_TIER_FAST] != NO_FRAME ||
+		    (!x.up && pg->frame[target] != NO_FRAME))
 			continue;
 		pg->state = P_MOVING;
 		p->moving++;
 		if (prefetch)
 			pg->flags |= PF_PFMOVE;
-		mv[m++] = (struct move){ .slot = s, .from = NO_FRAME, .to = NO_FRAME,
-					 .hf = NO_FRAME, .via_nvme = pg->top == KVT_TIER_NVME };
-		need_fast += target == KVT_TIER_FAST;
-		need_host += pg->top == KVT_TIER_NVME;
+		x.via_nvme = pg->top == KVT_TIER_NVME;
+		need_host += x.via_nvme;
+		mv[k++] = x;
 	}
-	if (!m)
-		return;
-
-	/* Frames: fast first (its reclaim may push pages into the host tier),
-	 * then host for what comes up from NVMe. */
-	int rf = need_fast ? reclaim(p, KVT_TIER_FAST, need_fast, prefetch) : 0;
+	m = k;
 	int rh = need_host ? reclaim(p, KVT_TIER_HOST, need_host, prefetch) : 0;
 	uint32_t kept = 0;
 	for (uint32_t i = 0; i < m; i++) {
 		struct move *x = &mv[i];
 		struct page *pg = &p->pages[x->slot];
 		int ok = 1, why = 0;
-		if (target == KVT_TIER_FAST && !fast->nfree) {
+		if (x->up && !fast->nfree) {
 			ok = 0;
 			why = rf ? rf : -ENOSPC;
 		}
@@ -626,7 +649,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 			}
 			continue;
 		}
-		if (target == KVT_TIER_FAST) {
+		if (x->up) {
 			x->to = frame_alloc(fast);
 			fast->owner[x->to] = x->slot;
 		}
@@ -716,6 +739,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 				host->st.promotions++;
 			}
 			if (x->to != NO_FRAME) {
+				pg->flags &= ~PF_UPFAST;
 				place(p, x->slot, KVT_TIER_FAST, x->to);
 				host->st.bytes_out += p->page_bytes;
 				fast->st.bytes_in += p->page_bytes;
@@ -731,7 +755,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 			page_free(p, x->slot);
 		}
 	}
-	if (target == KVT_TIER_FAST)
+	if (need_fast)
 		kvt_lat_record(&fast->st, dt);
 	pthread_cond_broadcast(&p->done);
 	CHECK_INVARIANTS(p);
@@ -771,7 +795,7 @@ static void *migrate_main(void *arg)
 			continue;
 		}
 		if (p->demand.n) {
-			uint32_t n = pq_pop(&p->demand, req, MAX_MOVE);
+			uint32_t n = pq_pop(&p->demand, req, p->move_batch);
 			for (uint32_t i = 0; i < n; i++)
 				if (p->pages[req[i].slot].gen == req[i].gen)
 					p->pages[req[i].slot].flags &= ~PF_QDEMAND;
@@ -804,7 +828,7 @@ static void *migrate_main(void *arg)
 		if (worked)
 			continue;
 		if (p->prefetch.n) {
-			uint32_t n = pq_pop(&p->prefetch, req, MAX_MOVE), k = 0;
+			uint32_t n = pq_pop(&p->prefetch, req, p->move_batch), k = 0;
 			for (uint32_t i = 0; i < n; i++) {
 				struct page *pg = &p->pages[req[i].slot];
 				if (pg->gen != req[i].gen)
@@ -1058,6 +1082,14 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (r)
 		goto fail;
 
+	/* Pages in flight take frames beyond the resident set twice over
+	 * (landing, and waiting to be consumed): keep a batch to an eighth
+	 * of the fast tier so the set a policy keeps is not eaten by it. */
+	p->move_batch = (uint32_t)(frames[KVT_TIER_FAST] / 8);
+	if (p->move_batch > MAX_MOVE)
+		p->move_batch = MAX_MOVE;
+	if (p->move_batch < 8)
+		p->move_batch = 8;
 	p->npages = (uint32_t)(frames[0] + frames[1] + frames[2]);
 	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
 	p->scratch = malloc(MAX_MOVE * sizeof(struct move));
@@ -1451,6 +1483,8 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 			p->st.prefetch_late++;
 			pg->flags &= ~PF_PFMOVE;
 		}
+		if (target == KVT_TIER_FAST && p->target != KVT_TIER_FAST)
+			pg->flags |= PF_UPFAST;
 		if (pg->state == P_READY) {
 			queue_demand(p, slot);
 			queued = 1;

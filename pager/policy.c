@@ -11,6 +11,7 @@ const struct kvt_policy_ops *const kvt_policies[] = {
 	&kvt_policy_lru,
 	&kvt_policy_clock,
 	&kvt_policy_mru,
+	&kvt_policy_lifo,
 	NULL,
 };
 

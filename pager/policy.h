@@ -45,5 +45,6 @@ extern const struct kvt_policy_ops *const kvt_policies[];
 extern const struct kvt_policy_ops kvt_policy_lru;
 extern const struct kvt_policy_ops kvt_policy_clock;
 extern const struct kvt_policy_ops kvt_policy_mru;
+extern const struct kvt_policy_ops kvt_policy_lifo;
 
 #endif

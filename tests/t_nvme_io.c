@@ -178,6 +178,33 @@ static void round_trip(struct kvt_nvme *n, uint8_t *region, unsigned round)
 	CHECK_EQ(chk.res, 0);
 	CHECK(same(r2, round + 100, 2));
 
+	/* Overlapping in memory: one buffer written out, then read into (a
+	 * frame reused within a batch), and the other way round. */
+	uint8_t *x = rd + 8 * PG, *y = rd + 9 * PG;
+
+	fill(x, round + 300, 30);
+	struct kvt_io swap1[] = {
+		{ .off = off_of(30), .buf = x, .len = PG, .op = KVT_IO_WRITE, .user = (void *)0 },
+		{ .off = off_of(31), .buf = x, .len = PG, .op = KVT_IO_READ, .user = (void *)1 },
+	};
+	run_checked(n, swap1, 2);
+	CHECK_EQ(swap1[0].res, 0);
+	CHECK_EQ(swap1[1].res, 0);
+	CHECK(same(x, round, 31));
+	struct kvt_io swap2[] = {
+		{ .off = off_of(32), .buf = x, .len = PG, .op = KVT_IO_READ, .user = (void *)0 },
+		{ .off = off_of(33), .buf = x, .len = PG, .op = KVT_IO_WRITE, .user = (void *)1 },
+		{ .off = off_of(30), .buf = y, .len = PG, .op = KVT_IO_READ, .user = (void *)2 },
+	};
+	run_checked(n, swap2, 3);
+	for (unsigned i = 0; i < 3; i++)
+		CHECK_EQ(swap2[i].res, 0);
+	CHECK(same(y, round + 300, 30));	/* swap1's write took x before the read */
+	chk = (struct kvt_io){ .off = off_of(33), .buf = y, .len = PG, .op = KVT_IO_READ };
+	CHECK_EQ(kvt_nvme_run(n, &chk, 1, NULL, NULL), 0);
+	CHECK_EQ(chk.res, 0);
+	CHECK(same(y, round, 32));		/* swap2's write saw the read's data */
+
 	/* No I/O: past the end, unknown op, empty. */
 	struct kvt_io bad[] = {
 		{ .off = (uint64_t)FILE_PAGES * PG, .buf = r2, .len = PG, .op = KVT_IO_READ, .res = 1, .user = (void *)0 },

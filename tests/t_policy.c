@@ -204,7 +204,7 @@ static size_t check_ring(struct sim *s, uint64_t *order)
 static void test_registry(void)
 {
 	const struct kvt_policy_ops *const want[] = {
-		&kvt_policy_lru, &kvt_policy_clock, &kvt_policy_mru,
+		&kvt_policy_lru, &kvt_policy_clock, &kvt_policy_mru, &kvt_policy_lifo,
 	};
 	void *st;
 	size_t i;
@@ -370,6 +370,28 @@ static void test_mru(void)
 	sim_close(&s);
 }
 
+static void test_lifo(void)
+{
+	/*
+	 * The same scan under LIFO (resident pages oldest first; accesses do
+	 * not reorder; the newest page is the next victim):
+	 *   lap 1: 1 2 3 m [1 2 3]; 4 m -3 [1 2 4]; 5 m -4 [1 2 5]
+	 *   lap 2: 1 h; 2 h; 3 m -5 [1 2 3]; 4 m -3 [1 2 4]; 5 m -4 [1 2 5]
+	 *                                                          2 hits
+	 *   laps 3 and 4 the same: 6 hits; pages 1 and 2 never leave, and
+	 * the victims, newest first, are 5 2 1.
+	 */
+	static const uint64_t left[] = { 5, 2, 1 };
+	uint64_t tr[20];
+	struct sim s;
+
+	for (size_t i = 0; i < N(tr); i++)
+		tr[i] = 1 + i % 5;
+	CHECK_EQ(run_trace(&kvt_policy_lifo, 3, tr, N(tr), &s), 6);
+	check_victims(&s, 3, left, 3);
+	sim_close(&s);
+}
+
 /* Pinned pages are skipped, order is kept, all pinned gives 0. Each case
  * starts afresh (clock moves its hand): pages 1..5 inserted in order and
  * never accessed; exp is the eviction order. */
@@ -499,9 +521,11 @@ int main(void)
 	test_clock();
 	test_clock_hand();
 	test_mru();
+	test_lifo();
 	test_pinned(&kvt_policy_lru, fwd);
 	test_pinned(&kvt_policy_clock, fwd);
 	test_pinned(&kvt_policy_mru, rev);
+	test_pinned(&kvt_policy_lifo, rev);
 	for (size_t i = 0; kvt_policies[i]; i++)
 		test_stress(kvt_policies[i]);
 	return 0;

@@ -24,17 +24,20 @@
  *
  * Batch size (M). kvt_nvme_run drains to zero before it returns, so each
  * call ends with a tail in which fewer than depth requests are in flight;
- * the longer the batch, the smaller that tail's share. The pager's real
- * batches are small, but this is a bandwidth comparison with fio, which
- * never drains. On this machine (virtio disk, 2 cores) M = 4 lost a few
- * per cent at depth 32 and 64 against fio, M = 8 was within noise of
- * M = 16 and 32, so M = 8 is the default.
+ * the longer the batch, the smaller that tail's share: about one service
+ * time in M, i.e. roughly 1/(2M) of the bandwidth (M = 4: ~12 %, 8: ~6 %,
+ * 16: ~3 %). The pager's real batches are small, but this is a comparison
+ * with fio, which never drains. On the 2-core VM this was written on
+ * (virtio disk, and a loop device over tmpfs), run-to-run noise (+-30 %)
+ * was larger than any difference between M = 4, 8, 16 and 64, so the
+ * default follows the model: M = 16, the first within a few per cent of
+ * an endless queue. --batch overrides it.
  *
  * Output: a table (bs, depth, op, kvt MB/s, fio MB/s, kvt/fio, and the CPU
  * each used in per cent of one core: kvt's process including its io-wq
  * workers, fio's job usr + sys), or with --json one object per line per
  * measurement. MB = 10^6 bytes. Each value
- * is the median of --repeat runs, kvt and fio taking turns.
+ * is the median of --repeat runs, kvt and fio taking turns (see measure).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -52,9 +55,9 @@
 
 #define MAX_LIST	32
 #define SZ_2M		((uint64_t)2 << 20)
-#define REGION_MAX	((uint64_t)256 << 20)	/* buffers: at most this much */
+#define REGION_MAX	((uint64_t)1 << 30)	/* buffers: at most this much */
 #define FILL_BS		((uint64_t)1 << 20)
-#define DEFAULT_BATCH	8
+#define DEFAULT_BATCH	16
 
 int bench_io(int argc, char **argv);
 
@@ -293,7 +296,7 @@ static int populate(struct bench *b, unsigned depth)
 
 	if (!io)
 		return -ENOMEM;
-	memset(b->region, 0x6b, b->region_bytes);
+	memset(b->region, 0x6b, slots < nreq ? b->region_bytes : nreq * bs);
 	kvt_nvme_set_depth(b->n, depth < 32 ? depth : 32);
 	while (off < b->size && !r) {
 		for (i = 0; i < nreq && off < b->size; i++, off += bs) {
@@ -323,8 +326,8 @@ static double cpu_s(void)
  * CPU time over wall time in per cent. */
 static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, double *cpu)
 {
-	unsigned nreq = depth * b->batch, i;
 	uint64_t slots = b->region_bytes / bs, bytes = 0;
+	unsigned nreq = depth * b->batch < slots ? depth * b->batch : (unsigned)slots, i;
 	struct kvt_io *io = calloc(nreq, sizeof(*io));
 	double t0, t1, end, c0;
 	int r = 0;
@@ -342,7 +345,7 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, do
 			if (b->cursor == b->nperm)
 				shuffle(b);
 			io[i] = (struct kvt_io){ .off = b->perm[b->cursor++] * bs,
-						 .buf = b->region + (i % slots) * bs,
+						 .buf = b->region + i * bs,
 						 .len = (uint32_t)bs, .op = (uint8_t)op };
 		}
 		r = kvt_nvme_run(b->n, io, nreq, NULL, NULL);
@@ -463,9 +466,10 @@ static double median_of(double *v, unsigned cnt)
 	return cnt % 2 ? v[cnt / 2] : (v[cnt / 2 - 1] + v[cnt / 2]) / 2;
 }
 
-/* Medians of repeat runs of kvt and fio, taken in turns (kvt, fio, kvt,
- * ...) so that drift in the device (caches, throttling on a virtual disk)
- * hits both alike. r[0], r[1]: kvt bandwidth and CPU per cent, r[2], r[3]:
+/* Medians of repeat runs of kvt and fio, taken in turns, who goes first
+ * alternating (kvt fio, fio kvt, kvt fio, ...): on a virtual disk the
+ * host's cache still flushing one side's writes, or its throttling,
+ * would otherwise always hit the same side. r[0], r[1]: kvt bandwidth and CPU per cent, r[2], r[3]:
  * fio's. r[0] < 0: kvt's errno; r[2] < 0: no fio result. */
 static void measure(struct bench *b, uint64_t bs, unsigned depth, int op, double r[4])
 {
@@ -474,12 +478,18 @@ static void measure(struct bench *b, uint64_t bs, unsigned depth, int op, double
 
 	r[2] = r[3] = -1;
 	for (k = 0; k < cnt; k++) {
+		int fio_first = b->fio && (k & 1);
+
+		if (fio_first) {
+			v[2][nf] = fio_point(b, bs, depth, op, &v[3][nf]);
+			nf += v[2][nf] > 0;
+		}
 		v[0][k] = kvt_point(b, bs, depth, op, &v[1][k]);
 		if (v[0][k] < 0) {
 			r[0] = v[0][k];
 			return;
 		}
-		if (b->fio) {
+		if (b->fio && !fio_first) {
 			v[2][nf] = fio_point(b, bs, depth, op, &v[3][nf]);
 			nf += v[2][nf] > 0;
 		}
@@ -565,8 +575,10 @@ int bench_io(int argc, char **argv)
 	kvt_nvme_info(b.n, &b.info);
 	b.size = b.info.bytes - b.info.bytes % max_bs;
 
-	/* Buffers for every request of the largest batch, up to REGION_MAX
-	 * (requests beyond share them: contents do not matter here). */
+	/* A buffer for every request of the largest batch, up to REGION_MAX.
+	 * Requests of one call must not share one (two reads into the same
+	 * memory are ordered, which cuts the batch): kvt_point shortens the
+	 * batch to the buffers there are instead. */
 	b.region_bytes = (uint64_t)max_depth * b.batch * max_bs;
 	if (b.region_bytes > REGION_MAX)
 		b.region_bytes = REGION_MAX > max_bs * max_depth ? REGION_MAX : max_bs * max_depth;

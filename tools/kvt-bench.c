@@ -439,6 +439,8 @@ struct scan_result {
 	double step_s;		/* median seconds per step */
 	double fast_hit, upper_hit;	/* fast hits / lookups; (fast+host) / lookups */
 	double nvme_bytes;	/* per step */
+	double stall_s;		/* per step, waiting in kvt_batch_next */
+	uint64_t dropped, wasted, late, hit;	/* prefetch outcomes in the measured steps */
 };
 
 static void run_scan(const struct setup *su, unsigned steps, int do_touch, struct scan_result *res)
@@ -464,6 +466,11 @@ static void run_scan(const struct setup *su, unsigned steps, int do_touch, struc
 	res->fast_hit = look ? (double)(b.tier[0].hits - a.tier[0].hits) / look : 0;
 	res->upper_hit = look ? (double)(b.tier[0].hits - a.tier[0].hits + b.tier[1].hits - a.tier[1].hits) / look : 0;
 	res->nvme_bytes = (double)(b.tier[2].bytes_out - a.tier[2].bytes_out) / n;
+	res->stall_s = (double)(b.stall_ns - a.stall_ns) / 1e9 / n;
+	res->dropped = b.prefetch_dropped - a.prefetch_dropped;
+	res->wasted = b.prefetch_wasted - a.prefetch_wasted;
+	res->late = b.prefetch_late - a.prefetch_late;
+	res->hit = b.prefetch_hit - a.prefetch_hit;
 	if (sink == 42)
 		fputc(' ', stderr);	/* keep the reads */
 	kvt_pager_close(p);
@@ -529,8 +536,9 @@ static int bench_scan(int argc, char **argv)
 		printf("all resident: %.1f ms/step; fio randread %lluK qd%u: %.2f GB/s%s\n",
 		       t_res * 1e3, (unsigned long long)(fbs >> 10), su.depth, fio / 1e9,
 		       fio ? "" : " (fio missing: bound uses the resident time only)");
-		printf("%-8s %9s %9s %12s %11s %10s %7s\n", "policy", "fast hit", "fast+host",
-		       "nvme MB/step", "ms/step", "bound ms", "ratio");
+		printf("%-8s %9s %9s %12s %9s %9s %9s %7s  %s\n", "policy", "fast hit", "fast+host",
+		       "nvme MB/step", "ms/step", "stall ms", "bound ms", "ratio",
+		       "prefetch hit/late/wasted/dropped");
 	}
 	char list[256];
 	snprintf(list, sizeof(list), "%s", policies);
@@ -546,14 +554,17 @@ static int bench_scan(int argc, char **argv)
 		if (json)
 			printf("{\"bench\":\"scan\",\"policy\":\"%s\",\"layers\":%u,\"pages\":%u,\"page_bytes\":%llu,"
 			       "\"fast_hit\":%.4f,\"upper_hit\":%.4f,\"nvme_bytes_per_step\":%.0f,"
-			       "\"step_ms\":%.2f,\"resident_ms\":%.2f,\"fio_gbps\":%.3f,\"bound_ms\":%.2f,"
-			       "\"ratio\":%.3f}\n", pol, su.layers, su.pages, (unsigned long long)pb,
-			       res.fast_hit, res.upper_hit, res.nvme_bytes, res.step_s * 1e3, t_res * 1e3,
-			       fio / 1e9, bound * 1e3, res.step_s / bound);
-		else
-			printf("%-8s %9.3f %9.3f %12.1f %11.1f %10.1f %7.2f\n", pol, res.fast_hit,
-			       res.upper_hit, res.nvme_bytes / 1e6, res.step_s * 1e3, bound * 1e3,
+			       "\"step_ms\":%.2f,\"stall_ms\":%.2f,\"resident_ms\":%.2f,\"fio_gbps\":%.3f,"
+			       "\"bound_ms\":%.2f,\"ratio\":%.3f}\n", pol, su.layers, su.pages,
+			       (unsigned long long)pb, res.fast_hit, res.upper_hit, res.nvme_bytes,
+			       res.step_s * 1e3, res.stall_s * 1e3, t_res * 1e3, fio / 1e9, bound * 1e3,
 			       res.step_s / bound);
+		else
+			printf("%-8s %9.3f %9.3f %12.1f %9.1f %9.1f %9.1f %7.2f  %llu/%llu/%llu/%llu\n", pol,
+			       res.fast_hit, res.upper_hit, res.nvme_bytes / 1e6, res.step_s * 1e3,
+			       res.stall_s * 1e3, bound * 1e3, res.step_s / bound,
+			       (unsigned long long)res.hit, (unsigned long long)res.late,
+			       (unsigned long long)res.wasted, (unsigned long long)res.dropped);
 		fflush(stdout);
 	}
 	return 0;
