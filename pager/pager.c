@@ -1907,6 +1907,12 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->host_mlocked = p->host.mlocked;
 	st->host_numa_node = p->host.numa_node;
 	st->host_overhead_bytes = p->host.mapped - p->host.bytes;
+	st->meta_bytes = (uint64_t)(p->npages + 1) * sizeof(struct page);
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		const struct tier *t = &p->t[ti];
+		st->meta_bytes += ((uint64_t)t->nframes + 1) * (sizeof(uint32_t) + t->pol->meta_size) +
+				  ((t->nframes + 63) / 64) * sizeof(uint64_t);
+	}
 	snprintf(st->host_notes, sizeof(st->host_notes), "%s", p->host.notes);
 	if (p->nvme) {
 		st->nvme_direct = ni.direct;

@@ -74,6 +74,7 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	U("step", st->step);
 	U("seqs", st->seqs);
 	U("pages", st->pages);
+	U("meta_bytes", st->meta_bytes);
 	U("acquires", st->acquires);
 	U("host_in_place", st->host_in_place);
 	put(&o, "\"prefetch\":{");

@@ -131,6 +131,8 @@ struct kvt_stats {
 	int	 host_mlocked;
 	int	 host_numa_node;	/* node obtained, or KVT_NUMA_ANY/INTERLEAVE */
 	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
+	uint64_t meta_bytes;		/* the pager's own bookkeeping (page table,
+					 * frame maps, policy metadata) */
 	char	 host_notes[256];	/* what the host tier could not get, and why */
 	char	 nvme_notes[256];	/* fallbacks taken by the NVMe tier, and why */
 	struct kvt_tier_stats tier[KVT_NTIERS];

@@ -86,10 +86,15 @@ static void *copy_thread(void *arg)
 		memcpy(c.dst, c.src, c.bytes);
 		if (e->ns_per_byte > 0) {
 			uint64_t t = now_ns();
-			if (busy_until < t)
+			/* Behind by a late wake-up: catch up. Idle a while: the
+			 * link was free, start the budget afresh. */
+			if (busy_until + 1000000 < t)
 				busy_until = t;
 			busy_until += (uint64_t)(c.bytes * e->ns_per_byte);
-			sleep_until(busy_until);
+			/* Sleep only when well ahead: a sleep overshoots by tens
+			 * of microseconds, which would cap far below the rate. */
+			if (busy_until > t + 200000)
+				sleep_until(busy_until);
 		}
 		/* seq_cst pairs with the waiters' increment then re-check:
 		 * either they see the new tail or we see them. */
