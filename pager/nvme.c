@@ -738,12 +738,14 @@ static int make_vec(struct kvt_nvme *n, struct op *op)
 	return 0;
 }
 
-/* Finish one request: res, faults, latency, callback. */
-static void complete_req(struct kvt_nvme *n, struct kvt_io *io, int res, uint64_t lat)
+/* Finish one request: res, latency, injected faults (only on requests
+ * that did I/O), callback. */
+static void complete_req(struct kvt_nvme *n, struct kvt_io *io, int res, uint64_t lat,
+			 int did_io)
 {
 	io->res = res;
 	io->lat_ns = lat;
-	if (unlikely(n->fault_on)) {
+	if (unlikely(n->fault_on) && did_io) {
 		const struct kvt_fault *f = &n->fault;
 
 		if (f->eio_every && ++n->eio_n % f->eio_every == 0) {
@@ -768,7 +770,7 @@ static void finish(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 	unsigned i;
 
 	for (i = op->first; i < op->first + op->count; i++)
-		complete_req(n, &n->reqs[n->ents[i].idx], res, now - op->t0);
+		complete_req(n, &n->reqs[n->ents[i].idx], res, now - op->t0, 1);
 	op->busy = 0;
 	op->next_free = n->free;
 	n->free = op;
@@ -788,7 +790,7 @@ static int start_op(struct kvt_nvme *n, unsigned pos, unsigned k, uint64_t now)
 
 	while (pos < k && e[pos].op == OP_BAD) {
 		io = &n->reqs[e[pos++].idx];
-		complete_req(n, io, io->len ? -EINVAL : 0, 0);
+		complete_req(n, io, io->len ? -EINVAL : 0, 0, 0);
 	}
 	if (pos == k)
 		return (int)pos;

@@ -167,7 +167,7 @@ static void usage(void)
 		"  --bs LIST     block sizes, multiples of 4K (default 64K,128K,256K,512K,1M,2M)\n"
 		"  --depth LIST  queue depths (default 1,8,32,64)\n"
 		"  --seconds S   per measurement (default 2)\n"
-		"  --repeat N    median of N runs (default 1)\n"
+		"  --repeat N    median of N runs, at most 64 (default 1)\n"
 		"  --batch M     requests per kvt_nvme_run call = depth * M (default %d)\n"
 		"  --json        one JSON object per line instead of the table\n"
 		"  --no-fio      kvt only\n"
@@ -207,6 +207,14 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			else
 				b->fio = 0;
 			continue;
+		}
+		if (strcmp(name, "--file") && strcmp(name, "--fio-args") &&
+		    strcmp(name, "--size") && strcmp(name, "--bs") &&
+		    strcmp(name, "--depth") && strcmp(name, "--seconds") &&
+		    strcmp(name, "--repeat") && strcmp(name, "--batch")) {
+			fprintf(stderr, "kvt-bench io: unknown option %s\n", name);
+			usage();
+			return 2;
 		}
 		if (!v) {
 			if (i + 1 >= argc) {
@@ -250,13 +258,9 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			char *end;
 			unsigned long x = strtoul(v, &end, 10);
 
-			if (*end || !x || x > 1000)
+			if (*end || !x || x > (!strcmp(name, "--repeat") ? 64 : 1000))
 				goto bad;
 			*(!strcmp(name, "--repeat") ? &b->repeat : &b->batch) = (unsigned)x;
-		} else {
-			fprintf(stderr, "kvt-bench io: unknown option %s\n", name);
-			usage();
-			return 2;
 		}
 		continue;
 bad:

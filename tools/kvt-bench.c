@@ -23,6 +23,7 @@
 
 #include <kvt/pager.h>
 #include "kernels/device.h"
+#include "pager/host.h"
 #include "tools/bench.h"
 
 /* ---------------------------------------------------------------------
@@ -571,6 +572,66 @@ static int bench_scan(int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------------
+ * host: how fast a host tier is ready, against the naive mmap + memset
+ */
+
+static int bench_host(int argc, char **argv)
+{
+	uint64_t size = 2ull << 30;
+	static const struct option opts[] = {
+		{ "size", required_argument, 0, 's' }, { "json", no_argument, 0, 'j' }, { 0 } };
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:j", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': bench_parse_list(optarg, &size, 1); break;
+		case 'j': json = 1; break;
+		default: return 2;
+		}
+	}
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	static const char *const huge[] = { "4k", "auto", "hugetlb", "thp" };
+	/* Reference: one thread faults the pages in by writing them. */
+	double t0 = bench_now();
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		die("mmap", -errno);
+	memset(m, 0, size);
+	double t_ref = bench_now() - t0;
+	munmap(m, size);
+	if (!json)
+		printf("%-9s %-8s %8s %10s %9s  %s\n", "hugepages", "threads", "seconds", "GB/s",
+		       "vs memset", "obtained");
+	for (int hp = 0; hp < 2; hp++) {
+		for (long th = 1; th <= ncpu; th = th < ncpu && th * 2 > ncpu ? ncpu : th * 2) {
+			struct kvt_host_arena a;
+			t0 = bench_now();
+			int r = kvt_host_arena_open(&a, size, hp ? KVT_HUGE_AUTO : KVT_HUGE_OFF, KVT_AUTO,
+						    KVT_NUMA_ANY, (unsigned)th);
+			double t = bench_now() - t0;
+			if (r)
+				die("host arena", r);
+			if (json)
+				printf("{\"bench\":\"host\",\"bytes\":%llu,\"hugepages\":\"%s\",\"threads\":%ld,"
+				       "\"seconds\":%.4f,\"memset_seconds\":%.4f,\"speedup\":%.2f,\"mlocked\":%d}\n",
+				       (unsigned long long)size, huge[a.hugepages & 3], th, t, t_ref, t_ref / t,
+				       a.mlocked);
+			else
+				printf("%-9s %-8ld %8.3f %10.2f %9.2f  %s%s%s\n", hp ? "auto" : "off", th, t,
+				       (double)size / t / 1e9, t_ref / t, huge[a.hugepages & 3],
+				       a.mlocked ? ", mlocked" : "", a.notes[0] ? "" : "");
+			kvt_host_arena_close(&a);
+			if (th == ncpu)
+				break;
+		}
+	}
+	if (!json)
+		printf("reference: mmap + memset by one thread: %.3f s (%.2f GB/s)\n", t_ref,
+		       (double)size / t_ref / 1e9);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
  * main
  */
 
@@ -582,6 +643,7 @@ static int usage(FILE *f)
 		   "  pager  acquire+release of resident pages per second on one core (--batch)\n"
 		   "  scan   full-attention scan, fast 1/4, host 1/4, NVMe the rest, vs its bound\n"
 		   "         (--layers, --pages, --steps, --policies, --dir, --depth, --prefetch)\n"
+		   "  host   time to map, place, prefault and lock the host tier (--size)\n"
 		   "  all    each of the above with short defaults\n");
 	return f == stderr ? 2 : 0;
 }
@@ -601,6 +663,8 @@ int main(int argc, char **argv)
 		return bench_pager(argc, argv);
 	if (!strcmp(cmd, "scan"))
 		return bench_scan(argc, argv);
+	if (!strcmp(cmd, "host"))
+		return bench_host(argc, argv);
 	if (!strcmp(cmd, "all")) {
 		char *io[] = { "io", "--bs", "256K,1M", "--depth", "1,8,32", "--seconds", "2", NULL };
 		char *cp[] = { "copy", NULL };
