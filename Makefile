@@ -110,4 +110,5 @@ clean:
 help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
--include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
+	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c))
