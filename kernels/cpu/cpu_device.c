@@ -14,7 +14,8 @@
 
 #include "kernels/device.h"
 
-#define QLEN 1024		/* copies queued per direction */
+#define QLEN 8192		/* copies queued per direction */
+#define WAKE_EVERY 64		/* copies between wake-ups of waiters */
 
 struct copy {
 	void	   *dst;
@@ -99,7 +100,11 @@ static void *copy_thread(void *arg)
 		/* seq_cst pairs with the waiters' increment then re-check:
 		 * either they see the new tail or we see them. */
 		__atomic_store_n(&e->tail, tail + 1, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&e->waiters, __ATOMIC_SEQ_CST)) {
+		/* Waiters are woken every WAKE_EVERY copies and when the ring
+		 * runs dry; each re-checks its own condition. */
+		if (((tail + 1) % WAKE_EVERY == 0 ||
+		     __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 2) &&
+		    __atomic_load_n(&e->waiters, __ATOMIC_SEQ_CST)) {
 			pthread_mutex_lock(&e->lock);
 			pthread_cond_broadcast(&e->done);
 			pthread_mutex_unlock(&e->lock);
@@ -134,9 +139,11 @@ static int cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
 		return -EINVAL;
 	e = &d->e[dir];
 	pthread_mutex_lock(&e->lock);
-	while (e->head - __atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) > QLEN - 1) {
+	if (e->head - __atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) > QLEN - 1) {
+		/* Full: wait for a group of slots, not one, or producer and
+		 * copier would take turns sleeping once per copy. */
 		__atomic_add_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
-		if (e->head - __atomic_load_n(&e->tail, __ATOMIC_SEQ_CST) > QLEN - 1)
+		while (e->head - __atomic_load_n(&e->tail, __ATOMIC_SEQ_CST) > QLEN - WAKE_EVERY)
 			pthread_cond_wait(&e->done, &e->lock);
 		__atomic_sub_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
 	}
