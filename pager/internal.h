@@ -144,6 +144,7 @@ struct kvt_pager {
 	uint64_t	events;		/* bumped when pins drop or pages free */
 	uint64_t	nvme_paused_until;	/* ns; demotion to NVMe paused */
 	uint64_t	alloc_fail;	/* bumped when a waited-for frame cannot be had */
+	uint64_t	frame_req;	/* bumped by each thread that starts waiting for one */
 	uint32_t	moving;		/* pages in flight on the migration thread */
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */

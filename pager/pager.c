@@ -585,13 +585,17 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = req[i].slot;
 		struct page *pg = &p->pages[s];
-		if (pg->gen != req[i].gen || pg->state != P_READY)
+		if (pg->gen != req[i].gen)
 			continue;
 		/* A batch may need a page in the fast tier even when acquire
 		 * reads the host tier in place (a tail brought back by resume). */
 		int up = target == KVT_TIER_FAST || (pg->flags & PF_UPFAST);
-		if (pg->frame[KVT_TIER_FAST] != NO_FRAME || (!up && pg->frame[target] != NO_FRAME))
+		if (pg->state != P_READY || pg->frame[KVT_TIER_FAST] != NO_FRAME ||
+		    (!up && pg->frame[target] != NO_FRAME) || (!prefetch && !pg->want)) {
+			if (!prefetch)
+				pg->flags &= ~PF_QDEMAND;
 			continue;
+		}
 		mv[m++] = (struct move){ .slot = s, .gen = req[i].gen, .from = NO_FRAME,
 					 .to = NO_FRAME, .hf = NO_FRAME, .up = (uint8_t)up };
 		need_fast += up;
@@ -608,7 +612,11 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	for (uint32_t i = 0; i < m; i++) {
 		struct move x = mv[i];
 		struct page *pg = &p->pages[x.slot];
-		if (pg->gen != x.gen || pg->state != P_READY || pg->frame[KVT_TIER_FAST] != NO_FRAME ||
+		if (pg->gen != x.gen)
+			continue;
+		if (!prefetch)
+			pg->flags &= ~PF_QDEMAND;
+		if (pg->state != P_READY || pg->frame[KVT_TIER_FAST] != NO_FRAME ||
 		    (!x.up && pg->frame[target] != NO_FRAME))
 			continue;
 		pg->state = P_MOVING;
@@ -795,20 +803,22 @@ static void *migrate_main(void *arg)
 			continue;
 		}
 		if (p->demand.n) {
+			/* The pages keep PF_QDEMAND until promote() has them
+			 * MOVING or lets them go, so a batch woken meanwhile
+			 * does not queue them twice. */
 			uint32_t n = pq_pop(&p->demand, req, p->move_batch);
-			for (uint32_t i = 0; i < n; i++)
-				if (p->pages[req[i].slot].gen == req[i].gen)
-					p->pages[req[i].slot].flags &= ~PF_QDEMAND;
 			promote(p, req, n, 0);
 			continue;
 		}
 		if (fast->waiters && fast->nfree <= fast->wm_min) {
-			uint64_t ev = p->events;
+			uint64_t ev = p->events, fr = p->frame_req;
 			if (reclaim(p, KVT_TIER_FAST, fast->wm_min + 1, 0) < 0) {
 				p->alloc_fail++;
 				pthread_cond_broadcast(&p->done);
-				/* Nothing to evict: wait for a pin or a page to go. */
-				while (!p->stop && p->events == ev && fast->waiters && !p->demand.n && !p->jobs)
+				/* Nothing to evict: wait for a pin or a page to go,
+				 * or for a new request to refuse. */
+				while (!p->stop && p->events == ev && p->frame_req == fr &&
+				       fast->waiters && !p->demand.n && !p->jobs)
 					pthread_cond_wait(&p->work, &p->lock);
 			} else {
 				pthread_cond_broadcast(&p->done);
@@ -881,6 +891,7 @@ static uint32_t alloc_tail_frame(struct kvt_pager *p)
 			return NO_FRAME;
 		}
 		t->waiters++;
+		p->frame_req++;
 		pthread_cond_signal(&p->work);
 		pthread_cond_wait(&p->done, &p->lock);
 		t->waiters--;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sequence life cycle: fork, park, resume, close. Each case runs in its own
- * process (a watchdog fails it after 20 s), with host_in_place off and on.
+ * process (a watchdog fails it after 6 s), with host_in_place off and on.
  *
  * fork:   whole pages are shared (the page count does not grow, the child's
  *         table holds the parent's slots with refs 2), the partial page at
@@ -34,7 +34,7 @@ static const char *volatile sub = "";
 static void on_alarm(int sig)
 {
 	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 20 s\n", sub);
+	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
 	(void)sig;
 	if (write(2, msg, (size_t)n) < 0)
 		_exit(1);
@@ -54,7 +54,7 @@ static int run_sub(const char *name, void (*fn)(int), int arg)
 	if (pid == 0) {
 		sub = full;
 		signal(SIGALRM, on_alarm);
-		alarm(20);
+		alarm(6);
 		fn(arg);
 		exit(0);
 	}

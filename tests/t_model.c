@@ -15,9 +15,12 @@
  *
  * After every operation, with p->lock held: kvt_pager_check() == 0, every
  * unparked sequence's partial tails hold PF_TAILPIN and a fast frame, a
- * parked one holds no tail pin; and in the stats: used <= capacity per tier,
- * seqs == open sequences, pages == the unique model pages (plus pages of
- * closed sequences whose move is still in flight), no lost page.
+ * parked one holds no tail pin, no page is wanted by a batch (every batch
+ * was consumed and released); after a drain of the fast tier only pinned
+ * or prefetched pages are in it (nothing is promoted for nobody); and in
+ * the stats: used <= capacity per tier, seqs == open sequences, pages ==
+ * the unique model pages (plus pages of closed sequences whose move is
+ * still in flight), no lost page, no I/O error.
  * A page keeps one view id (generation, slot) for its life, whichever
  * sequence reads it.
  *
@@ -297,6 +300,10 @@ static void check_all(void)
 			}
 		}
 	}
+	/* Every batch was consumed and released: no page is wanted. */
+	for (uint32_t k = 0; k < P->npages; k++)
+		if (P->pages[k].state != P_FREE)
+			CK_EQ(P->pages[k].want, 0);
 	uint32_t doomed = 0;
 	for (uint32_t k = 0; k < P->npages; k++)
 		doomed += P->pages[k].state != P_FREE && (P->pages[k].flags & PF_DOOMED);
@@ -526,7 +533,7 @@ static void op_drain(void)
 	if (tier != KVT_TIER_FAST)
 		return;
 	/* What is left (or came back) is pinned, or was brought up by a
-	 * prefetch queued earlier. */
+	 * prefetch queued earlier. No batch is held: nothing is demanded. */
 	pthread_mutex_lock(&P->lock);
 	struct tier *t = &P->t[KVT_TIER_FAST];
 	for (uint32_t f = 0; f < t->nframes; f++) {
@@ -535,8 +542,9 @@ static void op_drain(void)
 			continue;
 		struct page *pg = &P->pages[o];
 		if (!pg->pins && pg->state == P_READY && !(pg->flags & PF_PREFETCHED)) {
-			fprintf(stderr, "drain fast: page slot %u left in frame %u (flags %#x)\n",
-				o, f, pg->flags);
+			fprintf(stderr, "drain fast: returned %d, page slot %u in frame %u afterwards "
+				"(flags %#x want %u frames %d %d %d)\n", r, o, f, pg->flags, pg->want,
+				(int)pg->frame[0], (int)pg->frame[1], (int)pg->frame[2]);
 			CK(!"unpinned page left after drain");
 		}
 	}

@@ -161,6 +161,22 @@ int main(void)
 		CHECK_EQ(bits_differ(p), 1);
 	}
 
+	/* Requests that do no I/O get no faults (and no division by len 0). */
+	f = (struct kvt_fault){ .flip_every = 1, .eio_every = 1 };
+	kvt_nvme_set_fault(n, &f);
+	memset(rbuf, 0x33, PG);
+	struct kvt_io noio[] = {
+		{ .off = 0, .buf = rbuf, .len = 0, .op = KVT_IO_READ, .res = 1 },
+		{ .off = 0, .buf = rbuf, .len = PG, .op = 9, .res = 1 },
+		{ .off = (uint64_t)3 * N * PG, .buf = rbuf, .len = PG, .op = KVT_IO_READ, .res = 1 },
+	};
+	run(n, noio, 3);
+	CHECK_EQ(noio[0].res, 0);
+	CHECK_EQ(noio[1].res, -EINVAL);
+	CHECK_EQ(noio[2].res, -EINVAL);
+	for (unsigned i = 0; i < PG; i++)
+		CHECK_EQ(rbuf[i], 0x33);
+
 	/* Slow: every completion waits slow_us first. */
 	f = (struct kvt_fault){ .slow_us = SLOW_US };
 	kvt_nvme_set_fault(n, &f);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pinned pages are never victims. Each case runs in its own process (10 s
+ * Pinned pages are never victims. Each case runs in its own process (6 s
  * watchdog), with host_in_place off and on. Tiers: fast 12 pages, host 16,
  * nvme 512, 3 layers.
  *
@@ -32,7 +32,7 @@ static const char *volatile sub = "";
 static void on_alarm(int sig)
 {
 	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 10 s\n", sub);
+	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
 	(void)sig;
 	if (write(2, msg, (size_t)n) < 0)
 		_exit(1);
@@ -52,7 +52,7 @@ static int run_sub(const char *name, void (*fn)(int), int arg)
 	if (pid == 0) {
 		sub = full;
 		signal(SIGALRM, on_alarm);
-		alarm(10);
+		alarm(6);
 		fn(arg);
 		exit(0);
 	}

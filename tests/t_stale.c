@@ -11,7 +11,7 @@
  *    leaves no pin, no waiter and nothing queued (the pages can all still
  *    be drained, and a page on NVMe stays there);
  *  - NULL out-pointers and bad tiers are -EINVAL.
- * Each case runs in its own process with a 10 s watchdog.
+ * Each case runs in its own process with a 6 s watchdog.
  */
 #include <errno.h>
 #include <signal.h>
@@ -28,7 +28,7 @@ static struct kvt_config cfg;
 static void on_alarm(int sig)
 {
 	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 10 s\n", sub);
+	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
 	(void)sig;
 	if (write(2, msg, (size_t)n) < 0)
 		_exit(1);
@@ -46,7 +46,7 @@ static int run_sub(const char *name, void (*fn)(void))
 	if (pid == 0) {
 		sub = name;
 		signal(SIGALRM, on_alarm);
-		alarm(10);
+		alarm(6);
 		fn();
 		exit(0);
 	}

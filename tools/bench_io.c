@@ -14,7 +14,9 @@
  * is, but its first --size bytes are overwritten).
  *
  * Method. The file is first written once sequentially, so that reads hit
- * the device rather than unwritten extents. Then for each (bs, depth):
+ * the device rather than unwritten extents, and flushed; every write
+ * measurement is followed by a flush too (untimed), so that no run pays
+ * for the write-back of the one before it. Then for each (bs, depth):
  * randread, then randwrite, each by kvt and then by fio. kvt walks the
  * blocks of the file in a random order (a fresh permutation each pass),
  * one bs request per block, handing kvt_nvme_run batches of depth * M
@@ -52,6 +54,7 @@
 #include <sys/stat.h>
 
 #include "pager/nvme.h"
+#include "tools/bench.h"
 
 #define MAX_LIST	32
 #define SZ_2M		((uint64_t)2 << 20)
@@ -59,7 +62,6 @@
 #define FILL_BS		((uint64_t)1 << 20)
 #define DEFAULT_BATCH	16
 
-int bench_io(int argc, char **argv);
 
 struct bench {
 	const char *file;
@@ -464,6 +466,14 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* After writing, flush (untimed): a virtual disk's host cache still
+ * writing back one run's data would slow whichever run comes next. */
+static void settle(struct bench *b, int op)
+{
+	if (op == KVT_IO_WRITE)
+		fdatasync(kvt_nvme_fd(b->n));
+}
+
 static double median_of(double *v, unsigned cnt)
 {
 	qsort(v, cnt, sizeof(v[0]), cmp_double);
@@ -487,15 +497,18 @@ static void measure(struct bench *b, uint64_t bs, unsigned depth, int op, double
 		if (fio_first) {
 			v[2][nf] = fio_point(b, bs, depth, op, &v[3][nf]);
 			nf += v[2][nf] > 0;
+			settle(b, op);
 		}
 		v[0][k] = kvt_point(b, bs, depth, op, &v[1][k]);
 		if (v[0][k] < 0) {
 			r[0] = v[0][k];
 			return;
 		}
+		settle(b, op);
 		if (b->fio && !fio_first) {
 			v[2][nf] = fio_point(b, bs, depth, op, &v[3][nf]);
 			nf += v[2][nf] > 0;
+			settle(b, op);
 		}
 	}
 	r[0] = median_of(v[0], cnt);
@@ -608,6 +621,8 @@ int bench_io(int argc, char **argv)
 		b.info.direct ? "O_DIRECT" : "buffered", b.info.registered_files,
 		b.info.registered_buffers, b.info.notes[0] ? "; " : "", b.info.notes);
 	r = populate(&b, max_depth);
+	if (!r && fdatasync(kvt_nvme_fd(b.n)))
+		r = -errno;
 	if (r) {
 		fprintf(stderr, "kvt-bench io: writing the file: %s\n", strerror(-r));
 		goto out;
