@@ -85,6 +85,7 @@ struct seq {
 	uint32_t gen;
 	uint8_t	 open, parked;
 	uint32_t batches;	/* unreleased batches */
+	uint32_t busy;		/* appends, parks, resumes running: close waits */
 	uint32_t next_free;
 	struct layer_tab *lt;	/* [n_layers] */
 };

@@ -954,6 +954,16 @@ static int fail_window(struct kvt_nvme *n, unsigned pos, unsigned k, int err)
 		for (j = 0; op->busy && j < op->count; j++)
 			n->reqs[n->ents[op->first + j].idx].res = err;
 	}
+	/* Ops already in the kernel may still write into their buffers, which
+	 * the caller frees once we return: reap what can be reaped first. */
+	while (n->inflight) {
+		struct io_uring_cqe *cqe;
+		struct __kernel_timespec ts = { .tv_sec = 1 };
+		if (io_uring_wait_cqe_timeout(&n->ring, &cqe, &ts) < 0)
+			break;
+		io_uring_cqe_seen(&n->ring, cqe);
+		n->inflight--;
+	}
 	n->broken = err;
 	return err;
 }

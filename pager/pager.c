@@ -60,7 +60,8 @@ struct move {
 	uint32_t hf;		/* host frame used on the way up from NVMe */
 	uint64_t fence;
 	uint64_t csum;
-	int	 res;
+	int	 res;		/* demotions: the write or copy down */
+	int	 rres, cres;	/* promotions: the read from NVMe, the copy up */
 	uint8_t	 via_nvme;
 	uint8_t	 up;		/* its destination is the fast tier */
 };
@@ -190,7 +191,9 @@ static void unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int 
 		pg->flags &= ~PF_PREFETCHED;
 		p->st.prefetch_wasted++;
 	}
-	if (demote) {
+	/* A demotion is the page's top copy leaving; dropping a clean copy
+	 * under a copy above is neither. */
+	if (demote && pg->top == ti) {
 		t->st.demotions++;
 		t->st.drops += drop;
 	}
@@ -529,7 +532,7 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
 			if (pg->gen != pages[i].gen || pg->state == P_FREE ||
 			    pg->state == P_LOST || pg->frame[ti] == NO_FRAME)
 				continue;
-			if (pg->state != P_READY || pg->pins) {
+			if (pg->state != P_READY || pg->pins || pg->want) {
 				res = -EBUSY;
 				continue;
 			}
@@ -563,13 +566,13 @@ static void verify_read(void *arg, struct kvt_io *io)
 	struct kvt_pager *p = va->p;
 	struct move *m = io->user;
 
-	m->res = io->res;
-	if (!m->res && XXH3_64bits(io->buf, p->page_bytes) != p->pages[m->slot].csum)
-		m->res = -EBADMSG;
+	m->rres = io->res;
+	if (!m->rres && XXH3_64bits(io->buf, p->page_bytes) != p->pages[m->slot].csum)
+		m->rres = -EBADMSG;
 	/* Start the copy up as soon as the read is in (target fast). */
-	if (!m->res && m->to != NO_FRAME)
-		m->res = kvt_dev_copy_async(p->dev, frame_ptr(&p->t[KVT_TIER_FAST], m->to),
-					    io->buf, p->page_bytes, KVT_H2D, &m->fence);
+	if (!m->rres && m->to != NO_FRAME)
+		m->cres = kvt_dev_copy_async(p->dev, frame_ptr(&p->t[KVT_TIER_FAST], m->to),
+					     io->buf, p->page_bytes, KVT_H2D, &m->fence);
 }
 
 static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch)
@@ -686,29 +689,29 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	uint32_t nio = 0;
 	for (uint32_t i = 0; i < m; i++) {
 		struct move *x = &mv[i];
-		x->res = 0;
+		x->cres = 0;
+		x->fence = 0;
 		if (x->via_nvme) {
+			x->rres = -ECANCELED;	/* until its completion says otherwise */
 			io[nio++] = (struct kvt_io){ .off = (uint64_t)x->from * nvme->stride,
 				.buf = frame_ptr(host, x->hf), .len = (uint32_t)nvme->stride,
 				.op = KVT_IO_READ, .user = x };
 		} else {
-			x->res = kvt_dev_copy_async(p->dev, frame_ptr(fast, x->to),
-						    frame_ptr(host, x->from), p->page_bytes,
-						    KVT_H2D, &x->fence);
+			x->rres = 0;
+			x->cres = kvt_dev_copy_async(p->dev, frame_ptr(fast, x->to),
+						     frame_ptr(host, x->from), p->page_bytes,
+						     KVT_H2D, &x->fence);
 		}
 	}
 	if (nio) {
 		struct verify_arg va = { p, mv };
-		int r = kvt_nvme_run(p->nvme, io, nio, verify_read, &va);
-		if (r)
-			for (uint32_t i = 0; i < nio; i++) {
-				struct move *x = io[i].user;
-				if (!x->res)
-					x->res = r;
-			}
+		/* On a ring failure the reads not completed keep -ECANCELED. */
+		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, &va);
 	}
+	/* Every copy started must be finished before its frames are touched,
+	 * whatever happened to the others. */
 	for (uint32_t i = 0; i < m; i++)
-		if (mv[i].to != NO_FRAME && !mv[i].res && mv[i].fence > last)
+		if (mv[i].fence > last)
 			last = mv[i].fence;
 	int rc = kvt_dev_fence_wait(p->dev, last);
 	uint64_t dt = now_ns() - t0;
@@ -719,42 +722,49 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		kvt_nvme_info(p->nvme, &p->nvme_info);
 	for (uint32_t i = 0; i < nio; i++) {
 		struct move *x = io[i].user;
-		kvt_lat_record(&nvme->st, io[i].lat_ns);
-		if (x->res == -EBADMSG)
+		if (x->rres != -ECANCELED)
+			kvt_lat_record(&nvme->st, io[i].lat_ns);
+		if (x->rres == -EBADMSG)
 			p->st.csum_failures++;
-		else if (x->res)
+		else if (x->rres && x->rres != -ECANCELED)
 			p->st.io_errors++;
 	}
 	for (uint32_t i = 0; i < m; i++) {
 		struct move *x = &mv[i];
 		struct page *pg = &p->pages[x->slot];
-		int res = x->res ? x->res : (x->to != NO_FRAME ? rc : 0);
+		int up_ok = x->to != NO_FRAME && !x->rres && !x->cres && !rc;
 		pg->state = P_READY;
-		if (res) {
-			if (x->to != NO_FRAME)
-				frame_free(fast, x->to);
-			if (x->hf != NO_FRAME)
-				frame_free(host, x->hf);
-			if (x->via_nvme)
-				page_lose(p, x->slot);	/* the only copy is bad */
-			else
-				pg->err = (int8_t)res;
-		} else {
-			if (x->via_nvme) {
+		if (x->via_nvme) {
+			if (!x->rres) {
 				place(p, x->slot, KVT_TIER_HOST, x->hf);
 				nvme->st.bytes_out += p->page_bytes;
 				host->st.bytes_in += p->page_bytes;
 				host->st.promotions++;
+			} else {
+				frame_free(host, x->hf);
+				/* A read that failed, or data that does not match
+				 * its checksum: the only copy is bad. A read that
+				 * never ran leaves the page as it was. */
+				if (x->rres != -ECANCELED)
+					page_lose(p, x->slot);
 			}
-			if (x->to != NO_FRAME) {
+		}
+		if (x->to != NO_FRAME) {
+			if (up_ok) {
 				pg->flags &= ~PF_UPFAST;
 				place(p, x->slot, KVT_TIER_FAST, x->to);
 				host->st.bytes_out += p->page_bytes;
 				fast->st.bytes_in += p->page_bytes;
 				fast->st.promotions++;
+			} else {
+				frame_free(fast, x->to);
+				if (pg->state == P_READY && !x->rres)
+					pg->err = (int8_t)(x->cres ? x->cres : rc);
 			}
+		}
+		if (pg->state == P_READY) {
 			set_top(pg);
-			if (pg->flags & PF_PFMOVE)
+			if ((pg->flags & PF_PFMOVE) && (up_ok || (x->to == NO_FRAME && !x->rres)))
 				pg->flags |= PF_PREFETCHED;
 		}
 		pg->flags &= ~PF_PFMOVE;
@@ -810,6 +820,8 @@ static void *migrate_main(void *arg)
 			promote(p, req, n, 0);
 			continue;
 		}
+		if (fast->waiters && fast->nfree > fast->wm_min)
+			pthread_cond_broadcast(&p->done);	/* frames came free some other way */
 		if (fast->waiters && fast->nfree <= fast->wm_min) {
 			uint64_t ev = p->events, fr = p->frame_req;
 			if (reclaim(p, KVT_TIER_FAST, fast->wm_min + 1, 0) < 0) {
@@ -1227,6 +1239,8 @@ static void seq_free(struct kvt_pager *p, uint32_t i)
 	p->open_seqs--;
 	p->events++;
 	pthread_cond_signal(&p->work);
+	if (p->t[KVT_TIER_FAST].waiters)
+		pthread_cond_broadcast(&p->done);
 }
 
 static int lt_push(struct layer_tab *lt, uint32_t slot)
@@ -1263,7 +1277,7 @@ KVT_API int kvt_seq_close(struct kvt_pager *p, kvt_seq_t h)
 	int r = 0;
 	pthread_mutex_lock(&p->lock);
 	struct seq *s = seq_get(p, h, &r);
-	if (s && s->batches)
+	if (s && (s->batches || s->busy))
 		r = -EBUSY;
 	else if (s)
 		seq_free(p, (uint32_t)(h & 0xffffff));
@@ -1322,13 +1336,15 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 		r = -EBUSY;
 		goto out;
 	}
+	/* The lock is dropped below: keep park and close off meanwhile. */
+	s->busy++;
 	while (ntok) {
 		struct layer_tab *lt = &s->lt[layer];
 		struct page *pg = lt->n ? &p->pages[lt->pg[lt->n - 1]] : NULL;
 		if (!pg || (pg->flags & PF_SEALED)) {
 			r = new_tail(p, lt);
 			if (r)
-				goto out;
+				break;
 			/* The lock may have been dropped: the table may have moved. */
 			pg = &p->pages[lt->pg[lt->n - 1]];
 		}
@@ -1354,7 +1370,7 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 		}
 		pthread_mutex_lock(&p->lock);
 		if (r)
-			goto out;
+			break;
 		pg = &p->pages[slot];
 		pg->ntok += n;
 		lt->ntok += n;
@@ -1369,6 +1385,7 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 			}
 		}
 	}
+	s->busy--;
 out:
 	CHECK_INVARIANTS(p);
 	pthread_mutex_unlock(&p->lock);
@@ -1564,6 +1581,8 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
 			/* Not where we need it and not queued (it failed to get a
 			 * frame, or was evicted again): ask again. */
 			pg->err = 0;
+			if (b->target == KVT_TIER_FAST && p->target != KVT_TIER_FAST)
+				pg->flags |= PF_UPFAST;
 			queue_demand(p, e->slot);
 			pthread_cond_signal(&p->work);
 		}
@@ -1786,11 +1805,12 @@ KVT_API int kvt_seq_park(struct kvt_pager *p, kvt_seq_t h)
 	struct seq *s = seq_get(p, h, &r);
 	if (!s || s->parked)
 		goto out;
-	if (s->batches) {
+	if (s->batches || s->busy) {
 		r = -EBUSY;
 		goto out;
 	}
 	s->parked = 1;
+	s->busy++;
 	for (unsigned l = 0; l < p->cfg.n_layers; l++) {
 		struct layer_tab *lt = &s->lt[l];
 		if (lt->n) {
@@ -1802,12 +1822,13 @@ KVT_API int kvt_seq_park(struct kvt_pager *p, kvt_seq_t h)
 		}
 	}
 	r = seq_refs(p, s, &j);
-	if (r)
-		goto out;
-	j.lo = 0;
-	j.hi = p->last;
-	r = run_job_sync(p, &j);
-	free(j.pages);
+	if (!r) {
+		j.lo = 0;
+		j.hi = p->last;
+		r = run_job_sync(p, &j);
+		free(j.pages);
+	}
+	s->busy--;
 	/* Shared pages pinned by another sequence's batch stay up: fine. */
 	if (r == -EBUSY)
 		r = 0;
@@ -1822,10 +1843,15 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 
 	pthread_mutex_lock(&p->lock);
 	struct seq *s = seq_get(p, h, &r);
-	if (!s || !s->parked) {
+	if (s && s->busy)
+		r = -EBUSY;
+	if (!s || !s->parked || r) {
 		pthread_mutex_unlock(&p->lock);
 		return r;
 	}
+	/* busy keeps close, park and another resume off while the lock is
+	 * dropped below. */
+	s->busy++;
 	pthread_mutex_unlock(&p->lock);
 
 	/* Tails first, synchronously, and pinned again. */
@@ -1846,8 +1872,10 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 		if (r == 1) {
 			pthread_mutex_lock(&p->lock);
 			struct page *pg = &p->pages[b->e[0].slot];
-			pg->pins++;
-			pg->flags |= PF_TAILPIN;
+			if (!(pg->flags & PF_TAILPIN)) {
+				pg->pins++;
+				pg->flags |= PF_TAILPIN;
+			}
 			pthread_mutex_unlock(&p->lock);
 			r = 0;
 		} else if (r == 0) {
@@ -1855,9 +1883,12 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 		}
 		kvt_batch_release(b);
 	}
-	if (r)
-		return r;
 	pthread_mutex_lock(&p->lock);
+	s->busy--;
+	if (r) {
+		pthread_mutex_unlock(&p->lock);
+		return r;
+	}
 	s->parked = 0;
 	for (unsigned l = 0; l < p->cfg.n_layers; l++)
 		for (uint32_t i = 0; i < s->lt[l].n; i++)
