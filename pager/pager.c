@@ -1418,6 +1418,31 @@ KVT_API int kvt_seq_pages(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
  * Acquire
  */
 
+/* The layer table of (h, layer) when every index in pages[0..*n) is in it
+ * (pages == NULL: all of them; *n is set). NULL with *err set otherwise.
+ * Lock held. */
+static struct layer_tab *layer_pages(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+				     const uint32_t *pages, unsigned *n, struct seq **sp, int *err)
+{
+	struct seq *s = seq_get(p, h, err);
+	if (!s)
+		return NULL;
+	if (layer >= p->cfg.n_layers) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	struct layer_tab *lt = &s->lt[layer];
+	if (!pages)
+		*n = lt->n;
+	for (unsigned i = 0; pages && i < *n; i++)
+		if (pages[i] >= lt->n) {
+			*err = -EINVAL;
+			return NULL;
+		}
+	*sp = s;
+	return lt;
+}
+
 /* Pin a page that is readable at `target` (or above) and fill e. */
 static int try_pin(struct kvt_pager *p, struct entry *e, int target)
 {
@@ -1466,21 +1491,10 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 	if (!p || !out)
 		return -EINVAL;
 	pthread_mutex_lock(&p->lock);
-	struct seq *s = seq_get(p, h, &r);
-	if (!s)
+	struct seq *s;
+	struct layer_tab *lt = layer_pages(p, h, layer, pages, &n, &s, &r);
+	if (!lt)
 		goto out;
-	if (layer >= p->cfg.n_layers) {
-		r = -EINVAL;
-		goto out;
-	}
-	struct layer_tab *lt = &s->lt[layer];
-	if (!pages)
-		n = lt->n;
-	for (unsigned i = 0; pages && i < n; i++)
-		if (pages[i] >= lt->n) {
-			r = -EINVAL;
-			goto out;
-		}
 	b = malloc(sizeof(*b) + (size_t)n * (sizeof(struct entry) + 2 * sizeof(uint32_t)));
 	if (!b) {
 		r = -ENOMEM;
@@ -1689,21 +1703,10 @@ KVT_API int kvt_prefetch(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 	if (!p)
 		return -EINVAL;
 	pthread_mutex_lock(&p->lock);
-	struct seq *s = seq_get(p, h, &r);
-	if (!s)
+	struct seq *s;
+	struct layer_tab *lt = layer_pages(p, h, layer, pages, &n, &s, &r);
+	if (!lt)
 		goto out;
-	if (layer >= p->cfg.n_layers) {
-		r = -EINVAL;
-		goto out;
-	}
-	struct layer_tab *lt = &s->lt[layer];
-	if (!pages)
-		n = lt->n;
-	for (unsigned i = 0; pages && i < n; i++)
-		if (pages[i] >= lt->n) {
-			r = -EINVAL;
-			goto out;
-		}
 	for (unsigned i = 0; i < n; i++)
 		queue_prefetch(p, lt->pg[pages ? pages[i] : i]);
 	pthread_cond_signal(&p->work);

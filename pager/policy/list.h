@@ -14,8 +14,10 @@
 #ifndef KVT_PAGER_POLICY_LIST_H
 #define KVT_PAGER_POLICY_LIST_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 struct kvt_lnode {
 	struct kvt_lnode *prev, *next;
@@ -71,6 +73,73 @@ static inline size_t lnode_collect(const struct kvt_lnode *head, int backward,
 		e = backward ? e->prev : e->next;
 	}
 	return n;
+}
+
+/*
+ * The methods of a policy that is one list in the state (the state is the
+ * sentinel itself): lru, mru and lifo differ only in what an access does
+ * and which end victims() starts from, so they share the rest.
+ */
+
+/* params must be "" (no knobs): -EINVAL otherwise; -ENOMEM. The capacity
+ * is not needed: the list grows through the tier's metadata. */
+static inline int lpol_init(void **state, const char *params, size_t capacity)
+{
+	struct kvt_lnode *head;
+
+	(void)capacity;
+	if (params && *params)
+		return -EINVAL;
+	head = malloc(sizeof(*head));
+	if (!head)
+		return -ENOMEM;
+	lnode_init_head(head);
+	*state = head;
+	return 0;
+}
+
+/* Frees the state only; the pages' metadata belongs to the tier. */
+static inline void lpol_destroy(void *state)
+{
+	free(state);
+}
+
+/* A new page goes last (most recent). */
+static inline void lpol_insert_last(void *state, uint64_t key, void *meta)
+{
+	struct kvt_lnode *n = meta;
+
+	n->key = key;
+	lnode_add_before(state, n);
+}
+
+/* A used page moves last; step and score do not matter. */
+static inline void lpol_access_last(void *state, uint64_t key, void *meta,
+				    uint64_t step, float score)
+{
+	(void)key; (void)step; (void)score;
+	lnode_move_last(state, meta);
+}
+
+/* Unlink the page; the tier may reuse meta as soon as this returns. */
+static inline void lpol_remove(void *state, uint64_t key, void *meta)
+{
+	(void)state; (void)key;
+	lnode_del(meta);
+}
+
+/* Up to want unpinned keys from the first node on. Only looks. */
+static inline size_t lpol_victims_first(void *state, uint64_t *out, size_t want,
+					int (*pinned)(void *arg, uint64_t key), void *arg)
+{
+	return lnode_collect(state, 0, out, want, pinned, arg);
+}
+
+/* Up to want unpinned keys from the last node back. Only looks. */
+static inline size_t lpol_victims_last(void *state, uint64_t *out, size_t want,
+				       int (*pinned)(void *arg, uint64_t key), void *arg)
+{
+	return lnode_collect(state, 1, out, want, pinned, arg);
 }
 
 #endif
