@@ -1,4 +1,4 @@
-# kvtier: a plain Makefile. `make help` lists the targets.
+# kvtier, a plain Makefile. `make help` lists the targets.
 
 BUILD	?= build
 CC	?= cc
@@ -19,7 +19,7 @@ ifneq ($(SAN),)
 CFLAGS	+= -fsanitize=$(SAN) -fno-omit-frame-pointer -DKVT_DEBUG=1
 LDFLAGS	+= -fsanitize=$(SAN)
 endif
-LDLIBS	+= $(PKG_LIBS) -lm -pthread
+LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
 
 LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -104,9 +104,11 @@ asan: deps-check
 tsan: deps-check
 	@KVT_TEST_SCALE=4 $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 test
 
+# clean: remove build/
 clean:
 	rm -rf build
 
+# help: this list
 help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
