@@ -6,7 +6,7 @@
  *
  *   kvt-bench io [--file PATH] [--size BYTES] [--bs LIST] [--depth LIST]
  *                [--seconds S] [--repeat N] [--batch M] [--json] [--no-fio]
- *                [--fio-args ARGS]
+ *                [--fio-plain] [--fio-args ARGS]
  *
  * --file is a directory (a file is made in it), a block device, or a file
  * that does not exist yet (kvt never overwrites one); default: a file in
@@ -23,6 +23,11 @@
  * requests until the time is up; buffers come from one 2 MiB aligned
  * region registered as fixed buffers. max_io is the smallest bs, so no two
  * requests are ever merged: it measures the path, not the coalescing.
+ *
+ * fio runs like for like: with --fixedbufs --registerfiles (registered
+ * buffers and files, as kvt's path has them), i.e. fio at its best;
+ * --fio-plain drops those two, --fio-args adds more. The header line (on
+ * stderr) says which fio options were used, and so does each JSON object.
  *
  * Batch size (M). kvt_nvme_run drains to zero before it returns, so each
  * call ends with a tail in which fewer than depth requests are in flight;
@@ -48,7 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -75,7 +79,9 @@ struct bench {
 	unsigned batch;		/* requests per kvt_nvme_run = depth * batch */
 	int	 json;
 	int	 fio;
+	int	 fio_plain;	/* no --fixedbufs --registerfiles */
 	const char *fio_args;	/* appended to the fio command line */
+	char	 fio_opts[1024];	/* what fio gets beyond the common options */
 
 	struct kvt_nvme *n;
 	struct kvt_nvme_info info;
@@ -88,14 +94,6 @@ struct bench {
 
 static const char *const op_name[] = { "randread", "randwrite" };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rnd(struct bench *b)
 {
 	/* xorshift64* */
@@ -105,65 +103,12 @@ static uint64_t rnd(struct bench *b)
 	return b->rng * 2685821657736338717ull;
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	case 't': case 'T': v <<= 40; end++; break;
-	default: break;
-	}
-	if (*end == 'i' || *end == 'B')	/* 64KiB, 64KB */
-		end += *end == 'i' && end[1] == 'B' ? 2 : 1;
-	if (*end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-/* "a,b,c" of sizes (is_size) or plain numbers into out. Returns the count
- * or -EINVAL. */
-static int parse_list(const char *s, uint64_t *out, int is_size)
-{
-	char buf[512], *save = NULL, *tok;
-	int cnt = 0;
-
-	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
-		return -EINVAL;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-
-		if (cnt == MAX_LIST)
-			return -EINVAL;
-		if (is_size) {
-			if (parse_size(tok, &v))
-				return -EINVAL;
-		} else {
-			char *end;
-
-			v = strtoull(tok, &end, 10);
-			if (*end || end == tok)
-				return -EINVAL;
-		}
-		out[cnt++] = v;
-	}
-	return cnt ? cnt : -EINVAL;
-}
-
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: kvt-bench io [--file PATH] [--size BYTES] [--bs LIST] [--depth LIST]\n"
 		"                    [--seconds S] [--repeat N] [--batch M] [--json] [--no-fio]\n"
-		"                    [--fio-args ARGS]\n"
+		"                    [--fio-plain] [--fio-args ARGS]\n"
 		"  --file PATH   directory, block device, or new file (default: $TMPDIR or /tmp)\n"
 		"  --size BYTES  bytes of the file used (default 1G)\n"
 		"  --bs LIST     block sizes, multiples of 4K (default 64K,128K,256K,512K,1M,2M)\n"
@@ -173,8 +118,9 @@ static void usage(void)
 		"  --batch M     requests per kvt_nvme_run call = depth * M (default %d)\n"
 		"  --json        one JSON object per line instead of the table\n"
 		"  --no-fio      kvt only\n"
-		"  --fio-args A  more fio options, e.g. \"--fixedbufs --registerfiles\"\n"
-		"                (what kvt does: the like-for-like comparison)\n", DEFAULT_BATCH);
+		"  --fio-plain   fio without " BENCH_FIO_LIKE_KVT "\n"
+		"                (by default fio has them, as kvt does: like for like)\n"
+		"  --fio-args A  more fio options, appended to its command line\n", DEFAULT_BATCH);
 }
 
 /* argv[0] is the subcommand ("io"). Returns 0, or 2 on a usage error. */
@@ -199,13 +145,15 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			snprintf(name, sizeof(name), "%s", a);
 		}
 		if (!strcmp(name, "--json") || !strcmp(name, "--no-fio") ||
-		    !strcmp(name, "--help")) {
+		    !strcmp(name, "--fio-plain") || !strcmp(name, "--help")) {
 			if (!strcmp(name, "--help")) {
 				usage();
 				return 2;
 			}
 			if (!strcmp(name, "--json"))
 				b->json = 1;
+			else if (!strcmp(name, "--fio-plain"))
+				b->fio_plain = 1;
 			else
 				b->fio = 0;
 			continue;
@@ -230,10 +178,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		} else if (!strcmp(name, "--fio-args")) {
 			b->fio_args = v;
 		} else if (!strcmp(name, "--size")) {
-			if (parse_size(v, &b->size) || b->size < SZ_2M)
+			if (bench_parse_size(v, &b->size) || b->size < SZ_2M)
 				goto bad;
 		} else if (!strcmp(name, "--bs")) {
-			cnt = parse_list(v, b->bs, 1);
+			cnt = bench_parse_list(v, b->bs, MAX_LIST);
 			if (cnt < 0)
 				goto bad;
 			b->nbs = (unsigned)cnt;
@@ -241,7 +189,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 				if (!b->bs[k] || b->bs[k] % 4096 || b->bs[k] > ((uint64_t)1 << 30))
 					goto bad;
 		} else if (!strcmp(name, "--depth")) {
-			cnt = parse_list(v, list, 0);
+			cnt = bench_parse_list(v, list, MAX_LIST);
 			if (cnt < 0)
 				goto bad;
 			b->ndepth = (unsigned)cnt;
@@ -269,13 +217,14 @@ bad:
 		fprintf(stderr, "kvt-bench io: bad value for %s: '%s'\n", name, v);
 		return 2;
 	}
+	if (snprintf(b->fio_opts, sizeof(b->fio_opts), "%s%s%s",
+		     b->fio_plain ? "" : BENCH_FIO_LIKE_KVT,
+		     !b->fio_plain && b->fio_args && b->fio_args[0] ? " " : "",
+		     b->fio_args ? b->fio_args : "") >= (int)sizeof(b->fio_opts)) {
+		fprintf(stderr, "kvt-bench io: --fio-args too long\n");
+		return 2;
+	}
 	return 0;
-}
-
-static void log_stderr(void *arg, int level, const char *msg)
-{
-	if (level <= KVT_LOG_WARN)
-		fprintf(stderr, "kvt-bench io: %s\n", msg);
 }
 
 /* A fresh random order of the nperm blocks. */
@@ -344,7 +293,7 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, do
 	b->nperm = b->size / bs;
 	shuffle(b);
 	c0 = cpu_s();
-	t0 = now_s();
+	t0 = bench_now();
 	end = t0 + b->seconds;
 	do {
 		for (i = 0; i < nreq; i++) {
@@ -358,7 +307,7 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, do
 		for (i = 0; i < nreq && !r; i++)
 			r = io[i].res;
 		bytes += (uint64_t)nreq * bs;
-		t1 = now_s();
+		t1 = bench_now();
 	} while (!r && t1 < end);
 	*cpu = (cpu_s() - c0) / (t1 - t0) * 100;
 	free(io);
@@ -370,100 +319,12 @@ static double kvt_point(struct bench *b, uint64_t bs, unsigned depth, int op, do
 	return (double)bytes / (t1 - t0);
 }
 
-/* Quote s for sh into out (single quotes). */
-static int shell_quote(const char *s, char *out, size_t len)
-{
-	size_t o = 0;
-
-	if (len < 3)
-		return -ENAMETOOLONG;
-	out[o++] = '\'';
-	for (; *s; s++) {
-		const char *piece = *s == '\'' ? "'\\''" : NULL;
-		size_t pl = piece ? 4 : 1;
-
-		if (o + pl + 2 > len)
-			return -ENAMETOOLONG;
-		if (piece)
-			memcpy(out + o, piece, pl);
-		else
-			out[o] = *s;
-		o += pl;
-	}
-	out[o++] = '\'';
-	out[o] = 0;
-	return 0;
-}
-
-/* fio: bytes per second of op at (bs, depth), or a negative errno; *cpu:
- * its job's usr_cpu + sys_cpu (per cent of its run time). */
+/* fio: bytes per second of op at (bs, depth), 0 for no result; *cpu: its
+ * job's usr_cpu + sys_cpu (per cent of its run time). */
 static double fio_point(struct bench *b, uint64_t bs, unsigned depth, int op, double *cpu)
 {
-	char qpath[2 * KVT_PATH_MAX], cmd[4 * KVT_PATH_MAX], *out = NULL, *p;
-	size_t len = 0, cap = 0;
-	unsigned long long bw;
-	double usr = 0, sys = 0;
-	const char *c;
-	FILE *f;
-	int st;
-
-	if (shell_quote(b->info.path, qpath, sizeof(qpath)))
-		return -ENAMETOOLONG;
-	if (snprintf(cmd, sizeof(cmd),
-		 "fio --name=x --filename=%s --size=%" PRIu64 " --bs=%" PRIu64
-		 " --iodepth=%u --rw=%s --ioengine=io_uring --direct=%d --time_based"
-		 " --runtime=%llums --output-format=json %s 2>&1",
-		 qpath, b->size, bs, depth, op_name[op], b->info.direct,
-		 (unsigned long long)(b->seconds * 1000 + 0.5),
-		 b->fio_args ? b->fio_args : "") >= (int)sizeof(cmd))
-		return -ENAMETOOLONG;
-	f = popen(cmd, "r");
-	if (!f)
-		return -errno;
-	for (;;) {
-		if (cap - len < 4096) {
-			char *nb = realloc(out, cap + 65536);
-
-			if (!nb)
-				break;
-			out = nb;
-			cap += 65536;
-		}
-		size_t got = fread(out + len, 1, cap - len - 1, f);
-
-		if (!got)
-			break;
-		len += got;
-	}
-	st = pclose(f);
-	if (!out)
-		return -ENOMEM;
-	out[len] = 0;
-	/* The job's "read" or "write" section, then its first "bw_bytes". */
-	p = strstr(out, op == KVT_IO_READ ? "\"read\"" : "\"write\"");
-	if (p)
-		p = strstr(p, "\"bw_bytes\"");
-	if (!p || sscanf(p, "\"bw_bytes\" : %llu", &bw) != 1) {
-		fprintf(stderr, "kvt-bench io: fio failed (status %d): %.400s\n", st, out);
-		free(out);
-		return -EIO;
-	}
-	c = strstr(out, "\"usr_cpu\"");
-	if (c)
-		sscanf(c, "\"usr_cpu\" : %lf", &usr);
-	c = strstr(out, "\"sys_cpu\"");
-	if (c)
-		sscanf(c, "\"sys_cpu\" : %lf", &sys);
-	*cpu = usr + sys;
-	free(out);
-	return (double)bw;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
+	return bench_fio(b->info.path, b->size, bs, depth, op_name[op], b->info.direct,
+			 b->seconds, b->fio_opts, cpu);
 }
 
 /* After writing, flush (untimed): a virtual disk's host cache still
@@ -472,12 +333,6 @@ static void settle(struct bench *b, int op)
 {
 	if (op == KVT_IO_WRITE)
 		fdatasync(kvt_nvme_fd(b->n));
-}
-
-static double median_of(double *v, unsigned cnt)
-{
-	qsort(v, cnt, sizeof(v[0]), cmp_double);
-	return cnt % 2 ? v[cnt / 2] : (v[cnt / 2 - 1] + v[cnt / 2]) / 2;
 }
 
 /* Medians of repeat runs of kvt and fio, taken in turns, who goes first
@@ -511,22 +366,25 @@ static void measure(struct bench *b, uint64_t bs, unsigned depth, int op, double
 			settle(b, op);
 		}
 	}
-	r[0] = median_of(v[0], cnt);
-	r[1] = median_of(v[1], cnt);
+	r[0] = bench_median(v[0], (int)cnt);
+	r[1] = bench_median(v[1], (int)cnt);
 	if (nf) {
-		r[2] = median_of(v[2], nf);
-		r[3] = median_of(v[3], nf);
+		r[2] = bench_median(v[2], (int)nf);
+		r[3] = bench_median(v[3], (int)nf);
 	}
 }
 
-static void fmt_size(uint64_t v, char *out, size_t len)
+/* s as the inside of a JSON string. */
+static void json_str(const char *s)
 {
-	if (v >= (1u << 20) && v % (1u << 20) == 0)
-		snprintf(out, len, "%" PRIu64 "M", v >> 20);
-	else if (v % 1024 == 0)
-		snprintf(out, len, "%" PRIu64 "K", v >> 10);
-	else
-		snprintf(out, len, "%" PRIu64, v);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", (unsigned char)*s);
+		else
+			putchar(*s);
+	}
 }
 
 int bench_io(int argc, char **argv)
@@ -581,7 +439,7 @@ int bench_io(int argc, char **argv)
 
 	struct kvt_nvme_opts o = {
 		.path = path, .bytes = b.size, .direct = KVT_AUTO, .depth = max_depth,
-		.max_io = min_bs, .log = log_stderr,
+		.max_io = min_bs, .log = bench_log, .log_arg = "kvt-bench io",
 	};
 	r = kvt_nvme_open(&o, &b.n);
 	if (r) {
@@ -617,9 +475,11 @@ int bench_io(int argc, char **argv)
 	kvt_nvme_info(b.n, &b.info);
 
 	fprintf(stderr, "kvt-bench io: %s, %" PRIu64 " MiB, %s, registered files %d, "
-		"buffers %d%s%s\n", b.info.path, b.size >> 20,
+		"buffers %d; fio %s%s%s%s\n", b.info.path, b.size >> 20,
 		b.info.direct ? "O_DIRECT" : "buffered", b.info.registered_files,
-		b.info.registered_buffers, b.info.notes[0] ? "; " : "", b.info.notes);
+		b.info.registered_buffers, !b.fio ? "off" : "options: ",
+		!b.fio ? "" : b.fio_opts[0] ? b.fio_opts : "(plain)",
+		b.info.notes[0] ? "; " : "", b.info.notes);
 	r = populate(&b, max_depth);
 	if (!r && fdatasync(kvt_nvme_fd(b.n)))
 		r = -errno;
@@ -642,16 +502,20 @@ int bench_io(int argc, char **argv)
 				measure(&b, bs, depth, op, m);
 				if (m[0] < 0)
 					goto out;
-				fmt_size(bs, bss, sizeof(bss));
+				bench_fmt_size(bs, bss, sizeof(bss));
 				if (b.json) {
 					printf("{\"bench\":\"io\",\"bs\":%" PRIu64 ",\"depth\":%u,"
 					       "\"op\":\"%s\",\"direct\":%d,\"batch\":%u,"
 					       "\"repeat\":%u,\"kvt_mbps\":%.1f,\"kvt_cpu_pct\":%.1f",
 					       bs, depth, op_name[op], b.info.direct, b.batch,
 					       b.repeat, m[0] / 1e6, m[1]);
-					if (m[2] > 0)
+					if (m[2] > 0) {
 						printf(",\"fio_mbps\":%.1f,\"fio_cpu_pct\":%.1f,"
-						       "\"ratio\":%.3f", m[2] / 1e6, m[3], m[0] / m[2]);
+						       "\"ratio\":%.3f,\"fio_opts\":\"", m[2] / 1e6, m[3],
+						       m[0] / m[2]);
+						json_str(b.fio_opts);
+						putchar('"');
+					}
 					printf("}\n");
 				} else {
 					if (m[2] > 0) {

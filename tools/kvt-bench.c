@@ -26,133 +26,12 @@
 #include "pager/host.h"
 #include "tools/bench.h"
 
-/* ---------------------------------------------------------------------
- * Shared helpers
- */
-
-double bench_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int bench_median_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-double bench_median(double *v, int n)
-{
-	if (n <= 0)
-		return 0;
-	qsort(v, (size_t)n, sizeof(*v), bench_median_cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-int bench_parse_list(const char *s, uint64_t *v, int max)
-{
-	int n = 0;
-	while (*s && n < max) {
-		char *end;
-		unsigned long long x = strtoull(s, &end, 10);
-		if (end == s)
-			return -1;
-		switch (*end) {
-		case 'k': case 'K': x <<= 10; end++; break;
-		case 'm': case 'M': x <<= 20; end++; break;
-		case 'g': case 'G': x <<= 30; end++; break;
-		}
-		v[n++] = x;
-		if (*end == ',')
-			end++;
-		else if (*end)
-			return -1;
-		s = end;
-	}
-	return n;
-}
-
-double bench_fio(const char *file, uint64_t size, uint64_t bs, unsigned depth,
-		 const char *rw, double seconds)
-{
-	char cmd[1024], buf[4096];
-	double bw = 0;
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd),
-		 "fio --name=ref --filename=%s --size=%llu --bs=%llu --iodepth=%u --rw=%s "
-		 "--ioengine=io_uring --direct=1 --time_based --runtime=%.0f --ramp_time=0 "
-		 "--output-format=json 2>/dev/null",
-		 file, (unsigned long long)size, (unsigned long long)bs, depth, rw,
-		 seconds < 1 ? 1 : seconds);
-	f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	/* The first "bw_bytes" with a non-zero value is the job's read or
-	 * write bandwidth (the other direction reports 0). */
-	while (fgets(buf, sizeof(buf), f)) {
-		char *p = strstr(buf, "\"bw_bytes\"");
-		if (p && bw == 0) {
-			p = strchr(p, ':');
-			if (p)
-				bw = strtod(p + 1, NULL);
-		}
-	}
-	if (pclose(f) != 0)
-		return 0;
-	return bw;
-}
-
-int bench_make_file(const char *dir, uint64_t size, char *path, size_t len)
-{
-	const char *d = dir ? dir : getenv("TMPDIR");
-	static char block[1 << 20];
-	int fd;
-
-	snprintf(path, len, "%s/kvt-bench.XXXXXX", d && *d ? d : "/tmp");
-	fd = mkstemp(path);
-	if (fd < 0)
-		return -errno;
-	memset(block, 0x5a, sizeof(block));
-	for (uint64_t off = 0; off < size; off += sizeof(block)) {
-		size_t n = size - off < sizeof(block) ? size - off : sizeof(block);
-		if (pwrite(fd, block, n, (off_t)off) != (ssize_t)n) {
-			int e = -errno;
-			close(fd);
-			unlink(path);
-			return e ? e : -EIO;
-		}
-	}
-	fsync(fd);
-	close(fd);
-	return 0;
-}
-
 static int json;
-
-static const char *human(uint64_t b, char *buf, size_t len)
-{
-	if (b >= 1 << 20 && b % (1 << 20) == 0)
-		snprintf(buf, len, "%lluM", (unsigned long long)(b >> 20));
-	else if (b >= 1 << 10 && b % (1 << 10) == 0)
-		snprintf(buf, len, "%lluK", (unsigned long long)(b >> 10));
-	else
-		snprintf(buf, len, "%llu", (unsigned long long)b);
-	return buf;
-}
 
 static void die(const char *what, int r)
 {
 	fprintf(stderr, "kvt-bench: %s: %s\n", what, strerror(r < 0 ? -r : r));
 	exit(1);
-}
-
-static void quiet_log(void *arg, int level, const char *msg)
-{
-	if (level <= KVT_LOG_WARN)
-		fprintf(stderr, "kvt-bench: %s\n", msg);
 }
 
 /* Read every byte of a page, as attention would: 4 independent lanes so
@@ -188,7 +67,12 @@ static int bench_copy(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "s:t:r:j", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': nsizes = bench_parse_list(optarg, sizes, 16); break;
-		case 't': bench_parse_list(optarg, &total, 1); break;
+		case 't':
+			if (bench_parse_size(optarg, &total) || !total) {
+				fprintf(stderr, "kvt-bench copy: bad --total '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case 'r': reps = atoi(optarg); break;
 		case 'j': json = 1; break;
 		default: return 2;
@@ -239,7 +123,7 @@ static int bench_copy(int argc, char **argv)
 			double bc = (double)(n * sz) / bench_median(tc, nk) / 1e9;
 			double bm = (double)(n * sz) / bench_median(tm, nk) / 1e9;
 			char hb[32];
-			human(sz, hb, sizeof(hb));
+			bench_fmt_size(sz, hb, sizeof(hb));
 			if (json)
 				printf("{\"bench\":\"copy\",\"size\":%llu,\"dir\":\"%s\",\"copy_gbps\":%.3f,"
 				       "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n", (unsigned long long)sz,
@@ -292,7 +176,7 @@ static struct kvt_pager *open_pager(const struct setup *su, struct kvt_device **
 	cfg.io_depth = su->depth;
 	cfg.prefetch_depth = su->prefetch;
 	cfg.host_in_place = su->host_in_place;
-	cfg.log = quiet_log;
+	cfg.log = bench_log;
 	if ((r = kvt_config_validate(&cfg, err, sizeof(err)))) {
 		fprintf(stderr, "kvt-bench: %s\n", err);
 		exit(2);
@@ -520,23 +404,29 @@ static int bench_scan(int argc, char **argv)
 	run_scan(&all, steps, !no_touch, &res);
 	double t_res = res.step_s;
 
-	/* Reference 2: fio random reads of the largest request the pager
-	 * makes (coalesced neighbours, max_io_bytes = 1 MiB) at its depth:
-	 * the most the disk gives it. */
-	char file[512];
+	/* Reference 2: what the pager's NVMe reads can be at best. It
+	 * coalesces neighbouring pages into requests of up to max_io_bytes
+	 * (1 MiB) and issues them in offset order, with registered files
+	 * and buffers: so fio sequential reads of 1 MiB at the pager's depth,
+	 * with --fixedbufs --registerfiles, O_DIRECT, over a file the size of
+	 * the scan's KV. */
+	char file[512], fbss[32];
 	double fio = 0;
-	uint64_t fsz = total * pb < (1ull << 30) ? total * pb : (1ull << 30), fbs = 1 << 20;
+	uint64_t fsz = total * pb, fbs = 1 << 20;
+	if (fsz < fbs)
+		fbs = fsz >= 4096 ? fsz & ~4095ull : fsz;
 	if (bench_make_file(su.dir, fsz, file, sizeof(file)) == 0) {
-		fio = bench_fio(file, fsz, fbs, su.depth, "randread", 3);
+		fio = bench_fio(file, fsz, fbs, su.depth, "read", 1, 3, BENCH_FIO_LIKE_KVT, NULL);
 		unlink(file);
 	}
+	bench_fmt_size(fbs, fbss, sizeof(fbss));
 	if (!json) {
 		printf("scan: %u layers x %u pages of %llu KiB = %.0f MiB; fast %llu, host %llu pages\n",
 		       su.layers, su.pages, (unsigned long long)(pb >> 10), (double)(total * pb) / (1 << 20),
 		       (unsigned long long)(total / 4), (unsigned long long)(total / 4));
-		printf("all resident: %.1f ms/step; fio randread %lluK qd%u: %.2f GB/s%s\n",
-		       t_res * 1e3, (unsigned long long)(fbs >> 10), su.depth, fio / 1e9,
-		       fio ? "" : " (fio missing: bound uses the resident time only)");
+		printf("all resident: %.1f ms/step; fio read %s qd%u fixedbufs: %.2f GB/s%s\n",
+		       t_res * 1e3, fbss, su.depth, fio / 1e9,
+		       fio ? "" : " (no fio result: bound uses the resident time only)");
 		printf("%-8s %9s %9s %12s %9s %9s %9s %7s  %s\n", "policy", "fast hit", "fast+host",
 		       "nvme MB/step", "ms/step", "stall ms", "bound ms", "ratio",
 		       "prefetch hit/late/wasted/dropped");
@@ -584,7 +474,12 @@ static int bench_host(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "s:j", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': bench_parse_list(optarg, &size, 1); break;
+		case 's':
+			if (bench_parse_size(optarg, &size) || !size) {
+				fprintf(stderr, "kvt-bench host: bad --size '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case 'j': json = 1; break;
 		default: return 2;
 		}
