@@ -2,6 +2,11 @@
 #include "common.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "pager/internal.h"
 
 void t_log(void *arg, int level, const char *msg)
 {
@@ -151,4 +156,125 @@ unsigned t_verify_seq(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config 
 		kvt_batch_release(b);
 	}
 	return seen;
+}
+
+struct kvt_pager *t_open_tiers(struct kvt_config *cfg, struct kvt_device **dev,
+			       unsigned layers, unsigned fast, unsigned host, unsigned nvme,
+			       int in_place, int prefetch_depth)
+{
+	t_config(cfg, layers, fast, host, nvme);
+	cfg->host_in_place = in_place;
+	if (prefetch_depth >= 0)
+		cfg->prefetch_depth = (unsigned)prefetch_depth;
+	return t_open(cfg, dev);
+}
+
+void t_check_inv(struct kvt_pager *p)
+{
+	char err[256];
+
+	pthread_mutex_lock(&p->lock);
+	int r = kvt_pager_check(p, err, sizeof(err));
+	pthread_mutex_unlock(&p->lock);
+	if (r) {
+		fprintf(stderr, "%s%sinvariant: %s\n", t_sub, *t_sub ? ": " : "", err);
+		exit(1);
+	}
+}
+
+void t_quiesce_locked(struct kvt_pager *p)
+{
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		int moving = 0;
+		for (uint32_t s = 0; s < p->npages && !moving; s++)
+			moving = p->pages[s].state == P_MOVING;
+		if (!moving)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&p->done, &p->lock, &ts);
+	}
+}
+
+void t_quiesce(struct kvt_pager *p)
+{
+	t_quiesce_locked(p);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void t_drain_to_nvme(struct kvt_pager *p)
+{
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
+	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+}
+
+void t_drain_pinned(struct kvt_pager *p, int tier)
+{
+	int r = kvt_pager_drain(p, tier);
+	if (r && r != -EBUSY)
+		fprintf(stderr, "%s: kvt_pager_drain(%s): %s\n", t_sub, kvt_tier_name(tier),
+			strerror(-r));
+	CHECK(r == 0 || r == -EBUSY);
+}
+
+const char *volatile t_sub = "";
+
+static void on_alarm(int sig)
+{
+	char msg[200];
+	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", t_sub);
+	(void)sig;
+	if (write(2, msg, (size_t)n) < 0)
+		_exit(1);
+	_exit(1);
+}
+
+int t_run_case(const char *name, int width, void (*fn)(int), int arg)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		exit(1);
+	}
+	if (pid == 0) {
+		t_sub = name;
+		signal(SIGALRM, on_alarm);
+		alarm(6);
+		fn(arg);
+		exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	fprintf(stderr, "%-*s %s\n", width, name, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
+	return rc;
+}
+
+int t_run_cases(const struct t_case *cases, unsigned n, int in_place_too, int width)
+{
+	int fails = 0, skips = 0, runs = 0;
+
+	for (int in_place = 0; in_place <= (in_place_too ? 1 : 0); in_place++)
+		for (unsigned i = 0; i < n; i++) {
+			char full[96];
+			if (in_place_too)
+				snprintf(full, sizeof(full), "%s(host_in_place=%d)", cases[i].name,
+					 in_place);
+			else
+				snprintf(full, sizeof(full), "%s", cases[i].name);
+			int rc = t_run_case(full, width, cases[i].fn, in_place);
+			runs++;
+			fails += rc != 0 && rc != T_SKIP;
+			skips += rc == T_SKIP;
+		}
+	if (fails)
+		return 1;
+	return skips == runs ? T_SKIP : 0;
 }

@@ -47,6 +47,34 @@ int t_check_view(const struct kvt_config *cfg, uint32_t seed, unsigned layer,
 unsigned t_verify_seq(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
 		      uint32_t seed, int allow_lost);
 
+/* t_config(cfg, layers, fast, host, nvme), host_in_place, prefetch_depth (if >= 0), t_open. */
+struct kvt_pager *t_open_tiers(struct kvt_config *cfg, struct kvt_device **dev,
+			       unsigned layers, unsigned fast, unsigned host, unsigned nvme,
+			       int in_place, int prefetch_depth);
+
+/* kvt_pager_check under the pager lock; a violation is printed and exits 1. */
+void t_check_inv(struct kvt_pager *p);
+/* Wait until no page is MOVING (in-flight pages have landed); returns with p->lock held. */
+void t_quiesce_locked(struct kvt_pager *p);
+/* Wait until no page is MOVING (in-flight pages have landed, closed ones are freed). */
+void t_quiesce(struct kvt_pager *p);
+/* Drain the fast, then the host tier, each of which must return 0. */
+void t_drain_to_nvme(struct kvt_pager *p);
+/* Drain a tier that may hold pins: 0 or -EBUSY, anything else fails. */
+void t_drain_pinned(struct kvt_pager *p, int tier);
+
+/* Name of the case (sub-test) this process runs ("" outside t_run_case's children). */
+extern const char *volatile t_sub;
+/* Run fn(arg) in a forked child with a 6 s watchdog, print "name ok|skip|FAIL"; returns its status. */
+int t_run_case(const char *name, int width, void (*fn)(int), int arg);
+/* A case for t_run_cases: its name and body. */
+struct t_case {
+	const char *name;
+	void (*fn)(int arg);
+};
+/* t_run_case each case (in_place_too: for arg = host_in_place 0 then 1); 1 if any failed, T_SKIP if all skipped, else 0. */
+int t_run_cases(const struct t_case *cases, unsigned n, int in_place_too, int width);
+
 /* Scale for sanitizer builds: KVT_TEST_SCALE (default 1) divides loops. */
 unsigned t_scale(unsigned n);
 /* A log callback that prints to stderr with a prefix. */

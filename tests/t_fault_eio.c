@@ -14,9 +14,7 @@
  *  - closing the sequence frees everything, lost pages included.
  */
 #include <errno.h>
-#include <time.h>
-#include "common.h"
-#include "pager/internal.h"
+#include "fault_common.h"
 
 #ifndef FAULT_FLIP
 #define FAULT_FLIP 0
@@ -26,57 +24,6 @@
 #define NPG	60u	/* full pages per layer */
 #define EVERY	5u	/* every EVERY-th read fails */
 #define SEED	11u
-
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r) {
-		fprintf(stderr, "invariant: %s\n", err);
-		exit(1);
-	}
-}
-
-/* Wait until no page is MOVING (lock held on return): the migration
- * thread is then outside any transfer, and pages freed while in flight
- * have been freed. */
-static void quiesce_locked(struct kvt_pager *p)
-{
-	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		int moving = 0;
-		for (uint32_t s = 0; s < p->npages && !moving; s++)
-			moving = p->pages[s].state == P_MOVING;
-		if (!moving)
-			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 10000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&p->done, &p->lock, &ts);
-	}
-}
-
-static void quiesce(struct kvt_pager *p)
-{
-	quiesce_locked(p);
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* Set the fault while the migration thread is outside kvt_nvme_run (the
- * NVMe handle has no lock of its own). */
-static void set_fault(struct kvt_pager *p, const struct kvt_fault *f)
-{
-	quiesce_locked(p);
-	kvt_nvme_set_fault(p->nvme, f);
-	pthread_mutex_unlock(&p->lock);
-}
 
 /* Acquire every page of every layer. lost[l][i] is set for -EIO pages.
  * Every page must come out exactly once, as data (checked) or -EIO. */
@@ -140,25 +87,19 @@ int main(void)
 	struct kvt_config cfg;
 	struct kvt_device *dev;
 	struct kvt_stats st;
-	struct kvt_pager *p;
 	kvt_seq_t s;
 	static uint8_t lost1[LAYERS][NPG], lost2[LAYERS][NPG];
 
 	t_config(&cfg, LAYERS, 4, 4, 4 * NPG);
-	p = t_open(&cfg, &dev);
-	CHECK_EQ(kvt_seq_open(p, &s), 0);
-	t_append(p, s, &cfg, SEED, 0, NPG * cfg.page_tokens);	/* all sealed */
+	struct kvt_pager *p = fault_open_filled(&cfg, &dev, &s, SEED, NPG);	/* all sealed */
 
 	/* Everything down to NVMe, the only copy of every page. */
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
-	CHECK_EQ(kvt_pager_stats(p, &st), 0);
+	fault_push_to_nvme(p, LAYERS * NPG, &st);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].used, 0);
 	CHECK_EQ(st.tier[KVT_TIER_HOST].used, 0);
-	CHECK_EQ(st.tier[KVT_TIER_NVME].used, LAYERS * NPG);
 	CHECK_EQ(st.lost_pages, 0);
 	CHECK_EQ(st.io_errors + st.csum_failures, 0);
-	check_inv(p);
+	t_check_inv(p);
 
 	struct kvt_fault f = { 0 };
 	if (FAULT_FLIP)
@@ -166,10 +107,10 @@ int main(void)
 	else
 		f.eio_every = EVERY;
 	struct kvt_tier_stats nv0 = st.tier[KVT_TIER_NVME];
-	set_fault(p, &f);
+	fault_set(p, &f);
 	kvt_pager_step(p);
 	unsigned n1 = pass(p, s, &cfg, lost1);
-	set_fault(p, NULL);
+	fault_set(p, NULL);
 
 	CHECK(n1 >= 1);
 	CHECK(n1 < LAYERS * NPG);
@@ -197,7 +138,7 @@ int main(void)
 	}
 	/* Lost pages hold no frame; the others are still somewhere. */
 	CHECK_EQ(st.pages, LAYERS * NPG);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Lost is permanent; the rest is served, from any tier. */
 	kvt_pager_step(p);
@@ -206,25 +147,19 @@ int main(void)
 	CHECK(memcmp(lost1, lost2, sizeof(lost1)) == 0);
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
 	CHECK_EQ(st.lost_pages, n1);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* And once more with everything pushed down again first. */
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+	t_drain_to_nvme(p);
 	memset(lost2, 0, sizeof(lost2));
 	CHECK_EQ(pass(p, s, &cfg, lost2), n1);
 	CHECK(memcmp(lost1, lost2, sizeof(lost1)) == 0);
-	check_inv(p);
+	t_check_inv(p);
 
-	CHECK_EQ(kvt_seq_close(p, s), 0);
-	quiesce(p);	/* pages closed while in flight are freed as they land */
-	CHECK_EQ(kvt_pager_stats(p, &st), 0);
-	CHECK_EQ(st.pages, 0);
+	fault_close_empty(p, s, &st);
 	CHECK_EQ(st.seqs, 0);
-	for (int t = 0; t < KVT_NTIERS; t++)
-		CHECK_EQ(st.tier[t].used, 0);
 	CHECK_EQ(st.lost_pages, n1);
-	check_inv(p);
+	t_check_inv(p);
 	t_close(p, dev);
 	return 0;
 }

@@ -20,50 +20,12 @@
  *         host tier has frames still empties the fast tier of them.
  */
 #include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "common.h"
 #include "pager/internal.h"
 
 #define LAYERS 3u
-
-static const char *volatile sub = "";
-
-static void on_alarm(int sig)
-{
-	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
-	(void)sig;
-	if (write(2, msg, (size_t)n) < 0)
-		_exit(1);
-	_exit(1);
-}
-
-static int run_sub(const char *name, void (*fn)(int), int arg)
-{
-	char full[96];
-	snprintf(full, sizeof(full), "%s(host_in_place=%d)", name, arg);
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		perror("fork");
-		exit(1);
-	}
-	if (pid == 0) {
-		sub = full;
-		signal(SIGALRM, on_alarm);
-		alarm(6);
-		fn(arg);
-		exit(0);
-	}
-	int st;
-	CHECK_EQ(waitpid(pid, &st, 0), pid);
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	fprintf(stderr, "%-40s %s\n", full, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
-	return rc;
-}
 
 static unsigned pt(const struct kvt_config *cfg)
 {
@@ -88,7 +50,7 @@ static void verify2(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *c
 		CHECK_EQ(kvt_acquire(p, s, l, NULL, 0, &bt), 0);
 		while ((r = kvt_batch_next(bt, &vw)) != 0) {
 			if (r < 0)
-				fprintf(stderr, "%s: kvt_batch_next(layer %u page %u): %s\n", sub, l,
+				fprintf(stderr, "%s: kvt_batch_next(layer %u page %u): %s\n", t_sub, l,
 					vw.page, strerror(-r));
 			CHECK_EQ(r, 1);
 			unsigned want = ntok - vw.page * pt(cfg);
@@ -98,7 +60,7 @@ static void verify2(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *c
 				t_fill_tokens(cfg, tok < split ? a : b, l, tok, 1, k, v);
 				if (memcmp((const float *)vw.k + (size_t)t * per, k, sizeof(k)) ||
 				    memcmp((const float *)vw.v + (size_t)t * per, v, sizeof(v))) {
-					fprintf(stderr, "%s: layer %u token %u differs (tier %u)\n", sub, l,
+					fprintf(stderr, "%s: layer %u token %u differs (tier %u)\n", t_sub, l,
 						tok, vw.tier);
 					exit(1);
 				}
@@ -108,17 +70,6 @@ static void verify2(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *c
 		CHECK_EQ(seen, np);
 		kvt_batch_release(bt);
 	}
-}
-
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r)
-		fprintf(stderr, "%s: invariant: %s\n", sub, err);
-	CHECK_EQ(r, 0);
 }
 
 static struct seq *iseq(struct kvt_pager *p, kvt_seq_t h)
@@ -154,7 +105,7 @@ static void check_empty(struct kvt_pager *p)
 		if (!st.pages && !st.tier[0].used && !st.tier[1].used && !st.tier[2].used)
 			break;
 		if (tries == 100) {
-			fprintf(stderr, "%s: after closing all: pages %llu used %llu %llu %llu\n", sub,
+			fprintf(stderr, "%s: after closing all: pages %llu used %llu %llu %llu\n", t_sub,
 				(unsigned long long)st.pages, (unsigned long long)st.tier[0].used,
 				(unsigned long long)st.tier[1].used, (unsigned long long)st.tier[2].used);
 			exit(1);
@@ -162,31 +113,14 @@ static void check_empty(struct kvt_pager *p)
 		usleep(10000);
 	}
 	CHECK_EQ(st.seqs, 0);
-	check_inv(p);
-}
-
-/* Tails are pinned: a drain may leave them (-EBUSY), nothing else. */
-static void drain(struct kvt_pager *p, int tier)
-{
-	int r = kvt_pager_drain(p, tier);
-	if (r && r != -EBUSY)
-		fprintf(stderr, "%s: kvt_pager_drain(%s): %s\n", sub, kvt_tier_name(tier), strerror(-r));
-	CHECK(r == 0 || r == -EBUSY);
-}
-
-static struct kvt_pager *open_pager(struct kvt_config *cfg, struct kvt_device **dev, int in_place,
-				    unsigned fast, unsigned host)
-{
-	t_config(cfg, LAYERS, fast, host, 400);
-	cfg->host_in_place = in_place;
-	return t_open(cfg, dev);
+	t_check_inv(p);
 }
 
 static void t_fork(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 32, 16);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 32, 16, 400, in_place, -1);
 	kvt_seq_t a, c16, c10, c0, cfull, x;
 	const uint32_t A = 11, B = 22, C = 33, D = 44;
 
@@ -207,7 +141,7 @@ static void t_fork(int in_place)
 			CHECK_EQ(p->pages[s].refs, 2);
 		}
 	pthread_mutex_unlock(&p->lock);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Inside page 2: pages 0 and 1 shared, 2 tokens copied into a new tail. */
 	CHECK_EQ(kvt_seq_fork(p, a, 10, &c10), 0);
@@ -228,7 +162,7 @@ static void t_fork(int in_place)
 	}
 	pthread_mutex_unlock(&p->lock);
 	verify2(p, c10, &cfg, A, 10, A, 10);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* The child's appends do not change the parent, nor the parent's the child. */
 	t_append(p, c10, &cfg, B, 10, 7);
@@ -263,11 +197,11 @@ static void t_fork(int in_place)
 	CHECK_EQ(s1.seqs, s0.seqs);
 	CHECK_EQ(s1.seqs, 5);
 	CHECK_EQ(s1.pages, s0.pages);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Pages pushed down and back: still right on both sides. */
-	drain(p, KVT_TIER_FAST);
-	drain(p, KVT_TIER_HOST);
+	t_drain_pinned(p, KVT_TIER_FAST);
+	t_drain_pinned(p, KVT_TIER_HOST);
 	verify2(p, a, &cfg, A, 23, A, 23);
 	verify2(p, c10, &cfg, A, 10, B, 17);
 
@@ -276,7 +210,7 @@ static void t_fork(int in_place)
 	verify2(p, c16, &cfg, A, 16, C, 19);
 	verify2(p, c10, &cfg, A, 10, B, 17);
 	verify2(p, cfull, &cfg, A, 23, A, 23);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, c16), 0);
 	CHECK_EQ(kvt_seq_close(p, cfull), 0);
 	verify2(p, c10, &cfg, A, 10, B, 17);
@@ -292,7 +226,7 @@ static void t_park_resume(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 24, 16);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 24, 16, 400, in_place, -1);
 	kvt_seq_t a, b;
 	struct kvt_stats st;
 	const uint32_t A = 5, B = 6;
@@ -326,7 +260,7 @@ static void t_park_resume(int in_place)
 	a_fast = fast_pages_of(p, a);
 	pthread_mutex_unlock(&p->lock);
 	CHECK_EQ(a_fast, 0);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Appends are refused, nothing changes. */
 	t_fill_tokens(&cfg, A, 0, 10, 1, k, v);
@@ -342,13 +276,13 @@ static void t_park_resume(int in_place)
 	verify2(p, a, &cfg, A, 10, A, 10);
 	verify2(p, b, &cfg, B, 6, B, 6);
 	CHECK_EQ(kvt_seq_append(p, a, 2, k, v, 1), -EBUSY);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Park again (pages came up for the reads), push them to the bottom,
 	 * then resume: the tails come back pinned in the fast tier. */
 	CHECK_EQ(kvt_seq_resume(p, a), 0);
 	CHECK_EQ(kvt_seq_park(p, a), 0);
-	drain(p, KVT_TIER_HOST);
+	t_drain_pinned(p, KVT_TIER_HOST);
 	CHECK_EQ(kvt_seq_resume(p, a), 0);
 	pthread_mutex_lock(&p->lock);
 	for (unsigned l = 0; l < LAYERS; l++) {
@@ -361,7 +295,7 @@ static void t_park_resume(int in_place)
 		CHECK_EQ(tail->ntok, 2);
 	}
 	pthread_mutex_unlock(&p->lock);
-	check_inv(p);
+	t_check_inv(p);
 	/* Resume of a running sequence: nothing to do. */
 	CHECK_EQ(kvt_seq_resume(p, a), 0);
 
@@ -370,7 +304,7 @@ static void t_park_resume(int in_place)
 	verify2(p, a, &cfg, A, 17, A, 17);
 	verify2(p, b, &cfg, B, 6, B, 6);
 	/* The tail pin survived a drain of the fast tier. */
-	drain(p, KVT_TIER_FAST);
+	t_drain_pinned(p, KVT_TIER_FAST);
 	pthread_mutex_lock(&p->lock);
 	for (unsigned l = 0; l < LAYERS; l++) {
 		struct layer_tab *lt = &iseq(p, a)->lt[l];
@@ -395,7 +329,7 @@ static void t_park_big(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 24, 16);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 24, 16, 400, in_place, -1);
 	kvt_seq_t a;
 
 	CHECK_EQ(kvt_seq_open(p, &a), 0);
@@ -408,9 +342,9 @@ static void t_park_big(int in_place)
 	unsigned left = fast_pages_of(p, a);
 	pthread_mutex_unlock(&p->lock);
 	if (left)
-		fprintf(stderr, "%s: %u of 21 pages still in the fast tier after park\n", sub, left);
+		fprintf(stderr, "%s: %u of 21 pages still in the fast tier after park\n", t_sub, left);
 	CHECK_EQ(left, 0);
-	check_inv(p);
+	t_check_inv(p);
 	verify2(p, a, &cfg, 9, 28, 9, 28);
 	CHECK_EQ(kvt_seq_close(p, a), 0);
 	check_empty(p);
@@ -421,7 +355,7 @@ static void t_close_cases(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 24, 16);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 24, 16, 400, in_place, -1);
 	kvt_seq_t a, c, d;
 	struct kvt_batch *b;
 	struct kvt_view v;
@@ -453,9 +387,9 @@ static void t_close_cases(int in_place)
 	CHECK_EQ(n, 6);
 	kvt_batch_release(b);
 	/* The parent is gone; the child's shared pages are not. */
-	drain(p, KVT_TIER_FAST);
+	t_drain_pinned(p, KVT_TIER_FAST);
 	verify2(p, c, &cfg, 1, 21, 1, 21);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, c), 0);
 	CHECK_EQ(kvt_seq_close(p, d), 0);
 	check_empty(p);
@@ -474,18 +408,12 @@ static void t_close_cases(int in_place)
 
 int main(void)
 {
-	int fails = 0, skips = 0, runs = 0;
-	static void (*const cases[])(int) = { t_fork, t_park_resume, t_close_cases, t_park_big };
-	static const char *const names[] = { "fork", "park-resume", "close", "park-big" };
+	static const struct t_case cases[] = {
+		{ "fork", t_fork },
+		{ "park-resume", t_park_resume },
+		{ "close", t_close_cases },
+		{ "park-big", t_park_big },
+	};
 
-	for (int in_place = 0; in_place <= 1; in_place++)
-		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-			int rc = run_sub(names[i], cases[i], in_place);
-			runs++;
-			fails += rc != 0 && rc != T_SKIP;
-			skips += rc == T_SKIP;
-		}
-	if (fails)
-		return 1;
-	return skips == runs ? T_SKIP : 0;
+	return t_run_cases(cases, sizeof(cases) / sizeof(cases[0]), 1, 40);
 }

@@ -19,71 +19,16 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "common.h"
 #include "pager/internal.h"
 
 #define LAYERS 3u
 
-static const char *volatile sub = "";
-
-static void on_alarm(int sig)
-{
-	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
-	(void)sig;
-	if (write(2, msg, (size_t)n) < 0)
-		_exit(1);
-	_exit(1);
-}
-
-static int run_sub(const char *name, void (*fn)(int), int arg)
-{
-	char full[96];
-	snprintf(full, sizeof(full), "%s(host_in_place=%d)", name, arg);
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		perror("fork");
-		exit(1);
-	}
-	if (pid == 0) {
-		sub = full;
-		signal(SIGALRM, on_alarm);
-		alarm(6);
-		fn(arg);
-		exit(0);
-	}
-	int st;
-	CHECK_EQ(waitpid(pid, &st, 0), pid);
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	fprintf(stderr, "%-32s %s\n", full, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
-	return rc;
-}
-
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r)
-		fprintf(stderr, "%s: invariant: %s\n", sub, err);
-	CHECK_EQ(r, 0);
-}
-
-/* prefetch off where a test counts what is left in a tier after a drain
- * (a prefetch queued before the drain may land after it). */
-static struct kvt_pager *open_pager(struct kvt_config *cfg, struct kvt_device **dev, int in_place,
-				    unsigned prefetch_depth)
-{
-	t_config(cfg, LAYERS, 12, 16, 512);
-	cfg->host_in_place = in_place;
-	cfg->prefetch_depth = prefetch_depth;
-	return t_open(cfg, dev);
-}
+/* Every case opens its pager with t_open_tiers(..., LAYERS, 12, 16, 512,
+ * in_place, prefetch_depth): prefetch_depth 0 where a test counts what is
+ * left in a tier after a drain (a prefetch queued before the drain may land
+ * after it). */
 
 /* Read pages of every layer of s in batches of at most 4 pages. */
 static void read_all(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
@@ -102,7 +47,7 @@ static void read_all(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *
 			CHECK_EQ(kvt_acquire(p, s, l, idx, n, &b), 0);
 			while ((r = kvt_batch_next(b, &v)) != 0) {
 				if (r < 0)
-					fprintf(stderr, "%s: kvt_batch_next(layer %u page %u): %s\n", sub, l,
+					fprintf(stderr, "%s: kvt_batch_next(layer %u page %u): %s\n", t_sub, l,
 						v.page, strerror(-r));
 				CHECK_EQ(r, 1);
 				CHECK(t_check_view(cfg, seed, l, &v) == 0);
@@ -111,15 +56,6 @@ static void read_all(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *
 			CHECK_EQ(seen, n);
 			kvt_batch_release(b);
 		}
-}
-
-/* Drain a tier that holds pins: -EBUSY (or 0 if the pins are elsewhere). */
-static void drain(struct kvt_pager *p, int tier)
-{
-	int r = kvt_pager_drain(p, tier);
-	if (r && r != -EBUSY)
-		fprintf(stderr, "%s: kvt_pager_drain(%s): %s\n", sub, kvt_tier_name(tier), strerror(-r));
-	CHECK(r == 0 || r == -EBUSY);
 }
 
 struct held {
@@ -170,7 +106,7 @@ static void t_held_view(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 0);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 12, 16, 512, in_place, 0);
 	kvt_seq_t a, b;
 	const uint32_t A = 71, B = 72;
 	struct kvt_stats s0, s1;
@@ -197,11 +133,11 @@ static void t_held_view(int in_place)
 		kvt_pager_step(p);
 		read_all(p, b, &cfg, B, 25);
 		still_held(p, &cfg, &h1, A);
-		drain(p, KVT_TIER_FAST);
+		t_drain_pinned(p, KVT_TIER_FAST);
 		still_held(p, &cfg, &h1, A);
-		drain(p, KVT_TIER_HOST);
+		t_drain_pinned(p, KVT_TIER_HOST);
 		still_held(p, &cfg, &h1, A);
-		check_inv(p);
+		t_check_inv(p);
 	}
 	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), -EBUSY);
 	CHECK_EQ(kvt_pager_stats(p, &s1), 0);
@@ -242,7 +178,7 @@ static void t_held_view(int in_place)
 	CHECK_EQ(p->pages[h1.slot].pins, 0);
 	CHECK_EQ(p->t[KVT_TIER_FAST].nfree, p->t[KVT_TIER_FAST].nframes);
 	pthread_mutex_unlock(&p->lock);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(t_verify_seq(p, a, &cfg, A, 0), 9);
 	free(h1.copy);
 	free(h2.copy);
@@ -278,7 +214,7 @@ static void t_tails(int in_place)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_pager(&cfg, &dev, in_place, 0);
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 12, 16, 512, in_place, 0);
 	kvt_seq_t a, b;
 	const uint32_t A = 81, B = 82;
 	uint32_t slot[LAYERS], frame[LAYERS];
@@ -296,12 +232,12 @@ static void t_tails(int in_place)
 		bt += 24;
 		kvt_pager_step(p);
 		read_all(p, b, &cfg, B, bt / 4);
-		drain(p, KVT_TIER_FAST);
-		drain(p, KVT_TIER_HOST);
+		t_drain_pinned(p, KVT_TIER_FAST);
+		t_drain_pinned(p, KVT_TIER_HOST);
 		pthread_mutex_lock(&p->lock);
 		tails_pinned(p, a, slot, frame, 0);
 		pthread_mutex_unlock(&p->lock);
-		check_inv(p);
+		t_check_inv(p);
 	}
 	/* A's full pages went; its tails stayed and read right. */
 	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), -EBUSY);
@@ -334,12 +270,12 @@ static void t_tails(int in_place)
 	t_append(p, b, &cfg, B, bt, 24);
 	bt += 24;
 	read_all(p, b, &cfg, B, bt / 4);
-	drain(p, KVT_TIER_FAST);
+	t_drain_pinned(p, KVT_TIER_FAST);
 	pthread_mutex_lock(&p->lock);
 	tails_pinned(p, a, slot, frame, 0);
 	pthread_mutex_unlock(&p->lock);
 	CHECK_EQ(t_verify_seq(p, a, &cfg, A, 0), 9);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, a), 0);
 	CHECK_EQ(kvt_seq_close(p, b), 0);
 	t_close(p, dev);
@@ -367,7 +303,7 @@ static void *reader(void *arg)
 		CHECK_EQ(kvt_acquire(TP, TA, layer, &idx, 1, &b), 0);
 		int r = kvt_batch_next(b, &v);
 		if (r != 1)
-			fprintf(stderr, "%s: kvt_batch_next: %d\n", sub, r);
+			fprintf(stderr, "%s: kvt_batch_next: %d\n", t_sub, r);
 		CHECK_EQ(r, 1);
 		CHECK_EQ(v.page, idx);
 		hold(TP, &TC, &h, &v, layer);
@@ -386,7 +322,7 @@ static void *reader(void *arg)
 static void t_threads(int in_place)
 {
 	struct kvt_device *dev;
-	TP = open_pager(&TC, &dev, in_place, 2);
+	TP = t_open_tiers(&TC, &dev, LAYERS, 12, 16, 512, in_place, 2);
 	pthread_t th;
 
 	CHECK_EQ(kvt_seq_open(TP, &TA), 0);
@@ -403,11 +339,11 @@ static void t_threads(int in_place)
 		t_append(TP, TB, &TC, 92, bt, 16);
 		bt += 16;
 		read_all(TP, TB, &TC, 92, bt / 4);
-		drain(TP, bt % 32 ? KVT_TIER_FAST : KVT_TIER_HOST);
+		t_drain_pinned(TP, bt % 32 ? KVT_TIER_FAST : KVT_TIER_HOST);
 		kvt_pager_step(TP);
 	}
 	CHECK_EQ(pthread_join(th, NULL), 0);
-	check_inv(TP);
+	t_check_inv(TP);
 	CHECK_EQ(t_verify_seq(TP, TA, &TC, 91, 0), 18);
 	CHECK_EQ(kvt_seq_close(TP, TA), 0);
 	CHECK_EQ(kvt_seq_close(TP, TB), 0);
@@ -416,18 +352,11 @@ static void t_threads(int in_place)
 
 int main(void)
 {
-	static void (*const cases[])(int) = { t_held_view, t_tails, t_threads };
-	static const char *const names[] = { "held-view", "tails", "threads" };
-	int fails = 0, skips = 0, runs = 0;
+	static const struct t_case cases[] = {
+		{ "held-view", t_held_view },
+		{ "tails", t_tails },
+		{ "threads", t_threads },
+	};
 
-	for (int in_place = 0; in_place <= 1; in_place++)
-		for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-			int rc = run_sub(names[i], cases[i], in_place);
-			runs++;
-			fails += rc != 0 && rc != T_SKIP;
-			skips += rc == T_SKIP;
-		}
-	if (fails)
-		return 1;
-	return skips == runs ? T_SKIP : 0;
+	return t_run_cases(cases, sizeof(cases) / sizeof(cases[0]), 1, 32);
 }

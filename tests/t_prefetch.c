@@ -25,19 +25,6 @@
 #define NPG	8u
 #define SEED	53u
 
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r) {
-		fprintf(stderr, "invariant: %s\n", err);
-		exit(1);
-	}
-}
-
 /* Wait until the migration thread has nothing queued or in flight. With
  * the lock held, an empty queue and no page MOVING mean that nothing is
  * (a popped request is marked MOVING before the lock is dropped). */
@@ -75,8 +62,7 @@ static void push_down(struct kvt_pager *p)
 	struct kvt_stats st;
 
 	settle(p);
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_FAST), 0);
-	CHECK_EQ(kvt_pager_drain(p, KVT_TIER_HOST), 0);
+	t_drain_to_nvme(p);
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].used, 0);
 	CHECK_EQ(st.tier[KVT_TIER_HOST].used, 0);
@@ -145,7 +131,7 @@ static void with_depth(void)
 	CHECK(b.prefetch_issued > a.prefetch_issued);
 	CHECK(b.prefetch_hit > a.prefetch_hit);
 	CHECK_EQ(b.lost_pages, 0);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* 2. Exact counts, with the prefetch given time to settle. */
 	push_down(p);
@@ -173,7 +159,7 @@ static void with_depth(void)
 	b = stats(p);
 	CHECK_EQ(b.prefetch_issued, a.prefetch_issued);
 	CHECK_EQ(b.prefetch_hit - a.prefetch_hit, NPG);	/* queued by layer 1 */
-	check_inv(p);
+	t_check_inv(p);
 
 	/* 3. Explicit kvt_prefetch: a whole layer, and a page list. */
 	push_down(p);
@@ -202,7 +188,7 @@ static void with_depth(void)
 	CHECK_EQ(kvt_prefetch(p, s, 0, &bad, 1), -EINVAL);
 	CHECK_EQ(kvt_prefetch(p, s, LAYERS, NULL, 0), -EINVAL);
 	CHECK_EQ(stats(p).prefetch_issued, b.prefetch_issued);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* 4. Wasted: prefetched into the fast tier, evicted unused. */
 	push_down(p);
@@ -219,7 +205,7 @@ static void with_depth(void)
 	/* Used after all: no hit any more, the data is still right. */
 	read_layer(p, s, &cfg, 1, 0);
 	CHECK_EQ(stats(p).prefetch_hit, a.prefetch_hit);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* 5. Closed while its prefetch is in flight (slow reads make sure it
 	 * is): the pages are freed as they land, the pager stays consistent
@@ -241,12 +227,12 @@ static void with_depth(void)
 			usleep(100);
 	}
 	CHECK_EQ(kvt_seq_close(p, s), 0);
-	check_inv(p);
+	t_check_inv(p);
 	settle(p);
 	pthread_mutex_lock(&p->lock);
 	kvt_nvme_set_fault(p->nvme, NULL);
 	pthread_mutex_unlock(&p->lock);
-	check_inv(p);
+	t_check_inv(p);
 	b = stats(p);
 	CHECK_EQ(b.pages, 0);
 	CHECK_EQ(b.seqs, 0);
@@ -287,7 +273,7 @@ static void without_depth(void)
 	CHECK_EQ(stats(p).prefetch_issued, NPG);
 	read_layer(p, s, &cfg, 2, 0);
 	CHECK_EQ(stats(p).prefetch_hit, NPG);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, s), 0);
 	t_close(p, dev);
 }

@@ -14,59 +14,13 @@
  * Each case runs in its own process with a 6 s watchdog.
  */
 #include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "common.h"
 #include "pager/internal.h"
 
 #define LAYERS 2u
 
-static const char *volatile sub = "";
 static struct kvt_config cfg;
-
-static void on_alarm(int sig)
-{
-	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
-	(void)sig;
-	if (write(2, msg, (size_t)n) < 0)
-		_exit(1);
-	_exit(1);
-}
-
-static int run_sub(const char *name, void (*fn)(void))
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		perror("fork");
-		exit(1);
-	}
-	if (pid == 0) {
-		sub = name;
-		signal(SIGALRM, on_alarm);
-		alarm(6);
-		fn();
-		exit(0);
-	}
-	int st;
-	CHECK_EQ(waitpid(pid, &st, 0), pid);
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	fprintf(stderr, "%-24s %s\n", name, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
-	return rc;
-}
-
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r)
-		fprintf(stderr, "%s: invariant: %s\n", sub, err);
-	CHECK_EQ(r, 0);
-}
 
 #define SENTINEL ((struct kvt_batch *)(uintptr_t)0x5e1)
 
@@ -101,7 +55,7 @@ static void all_refuse(struct kvt_pager *p, kvt_seq_t h, int want, int alt, cons
 	r[n++] = kvt_seq_append(p, h, 1, k, v, 0);
 	for (int i = 0; i < n; i++)
 		if (r[i] != want && (!alt || r[i] != alt)) {
-			fprintf(stderr, "%s: %s handle %#llx: %s returned %d, expected %d%s\n", sub, what,
+			fprintf(stderr, "%s: %s handle %#llx: %s returned %d, expected %d%s\n", t_sub, what,
 				(unsigned long long)h, names[i], r[i], want, alt ? " or the other" : "");
 			exit(1);
 		}
@@ -112,7 +66,7 @@ static kvt_seq_t mk(uint16_t tag, uint32_t gen, uint32_t slot)
 	return (uint64_t)tag << 48 | (uint64_t)(gen & 0xffffff) << 24 | (slot & 0xffffff);
 }
 
-static void t_closed(void)
+static void t_closed(int unused)
 {
 	struct kvt_device *dev;
 	struct kvt_pager *p;
@@ -131,7 +85,7 @@ static void t_closed(void)
 	CHECK_EQ(kvt_pager_stats(p, &s1), 0);
 	CHECK_EQ(s1.seqs, s0.seqs);
 	CHECK_EQ(s1.pages, s0.pages);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* The slot goes to a new sequence: the old handle still reaches nothing. */
 	CHECK_EQ(kvt_seq_open(p, &b), 0);
@@ -150,7 +104,7 @@ static void t_closed(void)
 	t_append(p, b, &cfg, 2, 14, 1);
 	CHECK_EQ(t_verify_seq(p, b, &cfg, 2, 0), 2 * 4);
 	CHECK_EQ(t_verify_seq(p, keep, &cfg, 3, 0), 2 * 3);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Many generations of one slot: every old handle stays stale. */
 	kvt_seq_t old[64];
@@ -173,11 +127,11 @@ static void t_closed(void)
 	}
 	all_refuse(p, old[nold - 1], -ESTALE, 0, "closed");
 	CHECK_EQ(kvt_seq_close(p, keep), 0);
-	check_inv(p);
+	t_check_inv(p);
 	t_close(p, dev);
 }
 
-static void t_foreign(void)
+static void t_foreign(int unused)
 {
 	struct kvt_device *dev1, *dev2;
 	struct kvt_pager *p1, *p2;
@@ -199,15 +153,15 @@ static void t_foreign(void)
 	CHECK_EQ(t_verify_seq(p2, a2, &cfg, 2, 0), 2 * 2);
 	CHECK_EQ(kvt_seq_tokens(p1, a1, 0), 6);
 	CHECK_EQ(kvt_seq_tokens(p2, a2, 0), 7);
-	check_inv(p1);
-	check_inv(p2);
+	t_check_inv(p1);
+	t_check_inv(p2);
 	CHECK_EQ(kvt_seq_close(p1, a1), 0);
 	CHECK_EQ(kvt_seq_close(p2, a2), 0);
 	t_close(p2, dev2);
 	t_close(p1, dev1);
 }
 
-static void t_madeup(void)
+static void t_madeup(int unused)
 {
 	struct kvt_device *dev;
 	struct kvt_pager *p;
@@ -252,7 +206,7 @@ static void t_madeup(void)
 	CHECK_EQ(kvt_seq_tokens(p, c, 1), 5);
 	CHECK_EQ(t_verify_seq(p, a, &cfg, 1, 0), 2 * 3);
 	CHECK_EQ(t_verify_seq(p, c, &cfg, 2, 0), 2 * 2);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, a), 0);
 	CHECK_EQ(kvt_seq_close(p, c), 0);
 	t_close(p, dev);
@@ -274,14 +228,14 @@ static void no_pins(struct kvt_pager *p, kvt_seq_t h, int queued)
 		if (queued)
 			continue;
 		if (pg->flags & (PF_QDEMAND | PF_QPREF))
-			fprintf(stderr, "%s: page slot %u queued (flags %#x state %u frames %d %d %d)\n", sub,
+			fprintf(stderr, "%s: page slot %u queued (flags %#x state %u frames %d %d %d)\n", t_sub,
 				i, pg->flags, pg->state, (int)pg->frame[0], (int)pg->frame[1], (int)pg->frame[2]);
 		CHECK(!(pg->flags & (PF_QDEMAND | PF_QPREF)));
 	}
 	pthread_mutex_unlock(&p->lock);
 }
 
-static void t_bad_args(void)
+static void t_bad_args(int unused)
 {
 	struct kvt_device *dev;
 	struct kvt_pager *p;
@@ -300,7 +254,7 @@ static void t_bad_args(void)
 	t_fill_tokens(&cfg, 1, 0, 0, 1, k, vv);
 	CHECK_EQ(kvt_seq_open(p, &a), 0);
 	t_append(p, a, &cfg, 1, 0, 48);
-	check_inv(p);
+	t_check_inv(p);
 
 	/* Bad layer. */
 	CHECK_EQ(kvt_seq_append(p, a, LAYERS, k, vv, 1), -EINVAL);
@@ -372,7 +326,7 @@ static void t_bad_args(void)
 	CHECK_EQ(s1.tier[KVT_TIER_FAST].used, 0);
 	CHECK_EQ(kvt_seq_park(p, a), 0);
 	CHECK_EQ(kvt_seq_resume(p, a), 0);
-	check_inv(p);
+	t_check_inv(p);
 	/* A good acquire still works and a good list still reads right. */
 	uint32_t good[] = { 11, 0, 5 };
 	CHECK_EQ(kvt_acquire(p, a, 1, good, 3, &b), 0);
@@ -387,23 +341,18 @@ static void t_bad_args(void)
 	kvt_batch_release(b);
 	no_pins(p, a, 1);	/* resume queued prefetches */
 	CHECK_EQ(kvt_seq_close(p, a), 0);
-	check_inv(p);
+	t_check_inv(p);
 	t_close(p, dev);
 }
 
 int main(void)
 {
-	static void (*const cases[])(void) = { t_closed, t_foreign, t_madeup, t_bad_args };
-	static const char *const names[] = { "closed", "foreign", "made-up", "bad-args" };
-	int fails = 0, skips = 0;
-	unsigned n = sizeof(cases) / sizeof(cases[0]);
+	static const struct t_case cases[] = {
+		{ "closed", t_closed },
+		{ "foreign", t_foreign },
+		{ "made-up", t_madeup },
+		{ "bad-args", t_bad_args },
+	};
 
-	for (unsigned i = 0; i < n; i++) {
-		int rc = run_sub(names[i], cases[i]);
-		fails += rc != 0 && rc != T_SKIP;
-		skips += rc == T_SKIP;
-	}
-	if (fails)
-		return 1;
-	return skips == (int)n ? T_SKIP : 0;
+	return t_run_cases(cases, sizeof(cases) / sizeof(cases[0]), 0, 24);
 }

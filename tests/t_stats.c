@@ -11,9 +11,7 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <time.h>
 #include "common.h"
-#include "pager/internal.h"
 
 #define LAYERS	2u
 #define NPG	24u
@@ -460,29 +458,6 @@ static void check_json(const struct kvt_stats *st)
 	CHECK(!strcmp(notes, st->host_notes));
 }
 
-/* Wait until no page is MOVING: pages freed while in flight are freed as
- * they land. */
-static void quiesce(struct kvt_pager *p)
-{
-	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		int moving = 0;
-		for (uint32_t s = 0; s < p->npages && !moving; s++)
-			moving = p->pages[s].state == P_MOVING;
-		if (!moving)
-			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 10000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&p->done, &p->lock, &ts);
-	}
-	pthread_mutex_unlock(&p->lock);
-}
-
 int main(void)
 {
 	struct kvt_config cfg;
@@ -605,7 +580,7 @@ int main(void)
 	/* Closing: seqs and pages go to zero, the counters stay. */
 	CHECK_EQ(kvt_seq_close(p, s[0]), 0);
 	CHECK_EQ(kvt_seq_close(p, s[1]), 0);
-	quiesce(p);
+	t_quiesce(p);	/* pages closed in flight are freed as they land */
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
 	CHECK_EQ(st.seqs, 0);
 	CHECK_EQ(st.pages, 0);

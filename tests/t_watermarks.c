@@ -22,8 +22,6 @@
  *   without watermarks, pages reach the host tier by demotion).
  */
 #include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "common.h"
@@ -34,56 +32,11 @@
 #define WM_LOW	8u		/* 20 % */
 #define WM_HIGH	16u		/* 40 % */
 
-static const char *volatile sub = "";
-
-static void on_alarm(int sig)
-{
-	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", sub);
-	(void)sig;
-	if (write(2, msg, (size_t)n) < 0)
-		_exit(1);
-	_exit(1);
-}
-
-static int run_sub(const char *name, void (*fn)(void))
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		perror("fork");
-		exit(1);
-	}
-	if (pid == 0) {
-		sub = name;
-		signal(SIGALRM, on_alarm);
-		alarm(6);
-		fn();
-		exit(0);
-	}
-	int st;
-	CHECK_EQ(waitpid(pid, &st, 0), pid);
-	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	fprintf(stderr, "%-20s %s\n", name, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
-	return rc;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void check_inv(struct kvt_pager *p)
-{
-	char err[256];
-	pthread_mutex_lock(&p->lock);
-	int r = kvt_pager_check(p, err, sizeof(err));
-	pthread_mutex_unlock(&p->lock);
-	if (r)
-		fprintf(stderr, "%s: invariant: %s\n", sub, err);
-	CHECK_EQ(r, 0);
 }
 
 static void set_wm(struct kvt_config *cfg, int tier, unsigned mn, unsigned lo, unsigned hi)
@@ -108,7 +61,7 @@ static void wait_free(struct kvt_pager *p, int tier, uint64_t want)
 	uint64_t f;
 	while ((f = free_of(p, tier)) < want) {
 		if (now_s() - t0 > 2.0) {
-			fprintf(stderr, "%s: %s tier: %llu frames free after 2 s, want >= %llu\n", sub,
+			fprintf(stderr, "%s: %s tier: %llu frames free after 2 s, want >= %llu\n", t_sub,
 				kvt_tier_name(tier), (unsigned long long)f, (unsigned long long)want);
 			exit(1);
 		}
@@ -128,7 +81,7 @@ static void quiet(struct kvt_pager *p)
 		    a.tier[ti].promotions != b.tier[ti].promotions ||
 		    a.tier[ti].bytes_in != b.tier[ti].bytes_in) {
 			fprintf(stderr, "%s: %s tier moved while idle: used %llu -> %llu, demotions "
-				"%llu -> %llu, promotions %llu -> %llu\n", sub, kvt_tier_name(ti),
+				"%llu -> %llu, promotions %llu -> %llu\n", t_sub, kvt_tier_name(ti),
 				(unsigned long long)a.tier[ti].used, (unsigned long long)b.tier[ti].used,
 				(unsigned long long)a.tier[ti].demotions,
 				(unsigned long long)b.tier[ti].demotions,
@@ -155,7 +108,7 @@ static void settle(struct kvt_pager *p)
 		if (same)
 			return;
 		if (now_s() - t0 > 2.0) {
-			fprintf(stderr, "%s: still moving after 2 s\n", sub);
+			fprintf(stderr, "%s: still moving after 2 s\n", t_sub);
 			exit(1);
 		}
 		a = b;
@@ -170,88 +123,112 @@ static void page_append(struct kvt_pager *p, kvt_seq_t s, const struct kvt_confi
 	*ntok += cfg->page_tokens;
 }
 
-static struct kvt_pager *open_fast(struct kvt_config *cfg, struct kvt_device **dev)
+/* A one-layer pager whose tier (FRAMES frames) has watermarks of 5/20/40 %
+ * and whose other tier has none (the fast tier has FRAMES frames, or 16
+ * when tier is the host tier); checks they come to WM_MIN/LOW/HIGH frames. */
+static struct kvt_pager *open_wm(struct kvt_config *cfg, struct kvt_device **dev, int tier)
 {
-	t_config(cfg, 1, FRAMES, FRAMES, 1024);
-	set_wm(cfg, KVT_TIER_FAST, 5, 20, 40);
-	set_wm(cfg, KVT_TIER_HOST, 0, 0, 0);
+	int other = tier == KVT_TIER_FAST ? KVT_TIER_HOST : KVT_TIER_FAST;
+
+	t_config(cfg, 1, tier == KVT_TIER_FAST ? FRAMES : 16, FRAMES, 1024);
+	set_wm(cfg, tier, 5, 20, 40);
+	set_wm(cfg, other, 0, 0, 0);
 	struct kvt_pager *p = t_open(cfg, dev);
 	pthread_mutex_lock(&p->lock);
-	CHECK_EQ(p->t[KVT_TIER_FAST].wm_min, WM_MIN);
-	CHECK_EQ(p->t[KVT_TIER_FAST].wm_low, WM_LOW);
-	CHECK_EQ(p->t[KVT_TIER_FAST].wm_high, WM_HIGH);
+	CHECK_EQ(p->t[tier].wm_min, WM_MIN);
+	CHECK_EQ(p->t[tier].wm_low, WM_LOW);
+	CHECK_EQ(p->t[tier].wm_high, WM_HIGH);
 	pthread_mutex_unlock(&p->lock);
 	return p;
 }
 
-static void t_fast_background(void)
+/* fast-background and host-background on tier. A burst of pages (fast:
+ * 36, free drops below low (8) at the 33rd; host: 16 fill the fast tier,
+ * each further one pushes one page into the host tier, past 32 of them its
+ * free frames drop below low): once idle the tier is not left below low.
+ * Stepped down to exactly low, nothing moves; one page below low, back up
+ * to high within 2 s, and not far past it; then idle, nothing moves. */
+static void background(int tier)
 {
+	int fast = tier == KVT_TIER_FAST;
+	uint32_t seed = fast ? 1 : 4;
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_fast(&cfg, &dev);
+	struct kvt_pager *p = open_wm(&cfg, &dev, tier);
 	kvt_seq_t s;
 	unsigned ntok = 0;
 	struct kvt_stats st;
 
 	CHECK_EQ(kvt_seq_open(p, &s), 0);
-	/* 36 pages in a burst: free drops below low (8) at the 33rd. Once
-	 * idle the tier is not left below low. */
-	for (unsigned i = 0; i < 36; i++)
-		page_append(p, s, &cfg, 1, &ntok);
+	for (unsigned i = 0; i < (fast ? 36 : 16 + 36); i++)
+		page_append(p, s, &cfg, seed, &ntok);
 	settle(p);
-	CHECK(free_of(p, KVT_TIER_FAST) >= WM_LOW);
+	CHECK(free_of(p, tier) >= WM_LOW);
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
-	CHECK(st.tier[KVT_TIER_FAST].demotions > 0);
-	CHECK_EQ(st.tier[KVT_TIER_HOST].used + st.tier[KVT_TIER_FAST].used, 36);
+	CHECK(st.tier[tier].demotions > 0);
+	if (fast)
+		CHECK_EQ(st.tier[KVT_TIER_HOST].used + st.tier[KVT_TIER_FAST].used, 36);
+	else
+		CHECK(st.tier[KVT_TIER_NVME].used > 0);
 	/* Step down to exactly low: nothing moves. */
-	while (free_of(p, KVT_TIER_FAST) > WM_LOW)
-		page_append(p, s, &cfg, 1, &ntok);
-	CHECK_EQ(free_of(p, KVT_TIER_FAST), WM_LOW);
+	for (unsigned i = 0; (fast || i < 100) && free_of(p, tier) > WM_LOW; i++)
+		page_append(p, s, &cfg, seed, &ntok);
+	CHECK_EQ(free_of(p, tier), WM_LOW);
 	quiet(p);
 	/* One page below low: back up to high within 2 s, and not far past it. */
-	page_append(p, s, &cfg, 1, &ntok);
-	wait_free(p, KVT_TIER_FAST, WM_HIGH);
+	page_append(p, s, &cfg, seed, &ntok);
+	wait_free(p, tier, WM_HIGH);
 	settle(p);
-	uint64_t f = free_of(p, KVT_TIER_FAST);
+	uint64_t f = free_of(p, tier);
 	if (f > WM_HIGH + 2)
-		fprintf(stderr, "%s: %llu frames free, high is %u: demoted too much\n", sub,
-			(unsigned long long)f, WM_HIGH);
+		fprintf(stderr, "%s: %llu %sframes free, high is %u: demoted too much\n", t_sub,
+			(unsigned long long)f, fast ? "" : "host ", WM_HIGH);
 	CHECK(f <= WM_HIGH + 2);
 	/* Idle at free >= low: nothing moves. */
 	quiet(p);
-	CHECK_EQ(t_verify_seq(p, s, &cfg, 1, 0), ntok / cfg.page_tokens);
-	check_inv(p);
+	CHECK_EQ(t_verify_seq(p, s, &cfg, seed, 0), ntok / cfg.page_tokens);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, s), 0);
 	t_close(p, dev);
 }
 
-static void t_fast_quiet(void)
+/* fast-quiet and host-quiet on tier: filled to exactly low free frames
+ * (fast: FRAMES - WM_LOW pages; host: pages pushed into it until then),
+ * nothing moves at all and nothing went down from the tier. */
+static void quiet_at_low(int tier)
 {
+	int fast = tier == KVT_TIER_FAST;
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_fast(&cfg, &dev);
+	struct kvt_pager *p = open_wm(&cfg, &dev, tier);
 	kvt_seq_t s;
 	unsigned ntok = 0;
 
 	CHECK_EQ(kvt_seq_open(p, &s), 0);
-	for (unsigned i = 0; i < FRAMES - WM_LOW; i++)
-		page_append(p, s, &cfg, 2, &ntok);
-	CHECK_EQ(free_of(p, KVT_TIER_FAST), WM_LOW);
+	for (unsigned i = 0; fast ? i < FRAMES - WM_LOW : i < 200 && free_of(p, tier) > WM_LOW; i++)
+		page_append(p, s, &cfg, fast ? 2 : 5, &ntok);
+	CHECK_EQ(free_of(p, tier), WM_LOW);
 	quiet(p);
 	struct kvt_stats st;
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
-	CHECK_EQ(st.tier[KVT_TIER_FAST].demotions, 0);
-	CHECK_EQ(st.tier[KVT_TIER_HOST].used, 0);
-	CHECK_EQ(st.tier[KVT_TIER_FAST].used, FRAMES - WM_LOW);
+	CHECK_EQ(st.tier[tier].demotions, 0);
+	CHECK_EQ(st.tier[tier + 1].used, 0);	/* the tier below */
+	if (fast)
+		CHECK_EQ(st.tier[KVT_TIER_FAST].used, FRAMES - WM_LOW);
 	CHECK_EQ(kvt_seq_close(p, s), 0);
 	t_close(p, dev);
 }
 
-static void t_fast_min(void)
+static void t_fast_background(int unused) { background(KVT_TIER_FAST); }
+static void t_host_background(int unused) { background(KVT_TIER_HOST); }
+static void t_fast_quiet(int unused) { quiet_at_low(KVT_TIER_FAST); }
+static void t_host_quiet(int unused) { quiet_at_low(KVT_TIER_HOST); }
+
+static void t_fast_min(int unused)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_fast(&cfg, &dev);
+	struct kvt_pager *p = open_wm(&cfg, &dev, KVT_TIER_FAST);
 	kvt_seq_t s;
 	unsigned ntok = 0;
 
@@ -261,21 +238,21 @@ static void t_fast_min(void)
 		page_append(p, s, &cfg, 3, &ntok);
 		uint64_t f = free_of(p, KVT_TIER_FAST);
 		if (f < WM_MIN)
-			fprintf(stderr, "%s: page %u: %llu fast frames free, min is %u\n", sub, i,
+			fprintf(stderr, "%s: page %u: %llu fast frames free, min is %u\n", t_sub, i,
 				(unsigned long long)f, WM_MIN);
 		CHECK(f >= WM_MIN);
 	}
 	CHECK_EQ(t_verify_seq(p, s, &cfg, 3, 0), ntok / cfg.page_tokens);
-	check_inv(p);
+	t_check_inv(p);
 	CHECK_EQ(kvt_seq_close(p, s), 0);
 	t_close(p, dev);
 }
 
-static void t_fast_pinned(void)
+static void t_fast_pinned(int unused)
 {
 	struct kvt_config cfg;
 	struct kvt_device *dev;
-	struct kvt_pager *p = open_fast(&cfg, &dev);
+	struct kvt_pager *p = open_wm(&cfg, &dev, KVT_TIER_FAST);
 	unsigned per = cfg.n_kv_heads * cfg.head_dim;
 	float k[per], v[per];
 
@@ -295,7 +272,7 @@ static void t_fast_pinned(void)
 		t_fill_tokens(&cfg, 100 + nq, 0, 0, 1, k, v);
 		int r = kvt_seq_append(p, q[nq], 0, k, v, 1);
 		if (r)
-			fprintf(stderr, "%s: append with %u tails pinned: %s\n", sub, nq, strerror(-r));
+			fprintf(stderr, "%s: append with %u tails pinned: %s\n", t_sub, nq, strerror(-r));
 		CHECK_EQ(r, 0);
 	}
 	CHECK_EQ(free_of(p, KVT_TIER_FAST), 0);
@@ -305,7 +282,7 @@ static void t_fast_pinned(void)
 	CHECK_EQ(kvt_seq_append(p, q[nq], 0, k, v, 1), -ENOSPC);
 	CHECK_EQ(kvt_seq_tokens(p, q[nq], 0), 0);
 	CHECK(now_s() - t0 < 3.0);
-	check_inv(p);
+	t_check_inv(p);
 	/* A frame comes free: it works again. */
 	CHECK_EQ(kvt_seq_close(p, q[0]), 0);
 	CHECK_EQ(kvt_seq_append(p, q[nq], 0, k, v, 1), 0);
@@ -320,102 +297,20 @@ static void t_fast_pinned(void)
 		kvt_batch_release(b);
 		CHECK_EQ(kvt_seq_close(p, q[i]), 0);
 	}
-	check_inv(p);
-	t_close(p, dev);
-}
-
-static struct kvt_pager *open_host(struct kvt_config *cfg, struct kvt_device **dev)
-{
-	t_config(cfg, 1, 16, FRAMES, 1024);
-	set_wm(cfg, KVT_TIER_FAST, 0, 0, 0);
-	set_wm(cfg, KVT_TIER_HOST, 5, 20, 40);
-	struct kvt_pager *p = t_open(cfg, dev);
-	pthread_mutex_lock(&p->lock);
-	CHECK_EQ(p->t[KVT_TIER_HOST].wm_min, WM_MIN);
-	CHECK_EQ(p->t[KVT_TIER_HOST].wm_low, WM_LOW);
-	CHECK_EQ(p->t[KVT_TIER_HOST].wm_high, WM_HIGH);
-	pthread_mutex_unlock(&p->lock);
-	return p;
-}
-
-static void t_host_background(void)
-{
-	struct kvt_config cfg;
-	struct kvt_device *dev;
-	struct kvt_pager *p = open_host(&cfg, &dev);
-	kvt_seq_t s;
-	unsigned ntok = 0;
-	struct kvt_stats st;
-
-	/* 16 pages fill the fast tier, each further one pushes one page into
-	 * the host tier; past 32 of them its free frames drop below low. Once
-	 * idle the tier is not left below low. */
-	CHECK_EQ(kvt_seq_open(p, &s), 0);
-	for (unsigned i = 0; i < 16 + 36; i++)
-		page_append(p, s, &cfg, 4, &ntok);
-	settle(p);
-	CHECK(free_of(p, KVT_TIER_HOST) >= WM_LOW);
-	CHECK_EQ(kvt_pager_stats(p, &st), 0);
-	CHECK(st.tier[KVT_TIER_HOST].demotions > 0);
-	CHECK(st.tier[KVT_TIER_NVME].used > 0);
-	/* Step down to exactly low: nothing moves. */
-	for (unsigned i = 0; i < 100 && free_of(p, KVT_TIER_HOST) > WM_LOW; i++)
-		page_append(p, s, &cfg, 4, &ntok);
-	CHECK_EQ(free_of(p, KVT_TIER_HOST), WM_LOW);
-	quiet(p);
-	/* One page below low: back up to high within 2 s, and not far past it. */
-	page_append(p, s, &cfg, 4, &ntok);
-	wait_free(p, KVT_TIER_HOST, WM_HIGH);
-	settle(p);
-	uint64_t f = free_of(p, KVT_TIER_HOST);
-	if (f > WM_HIGH + 2)
-		fprintf(stderr, "%s: %llu host frames free, high is %u: demoted too much\n", sub,
-			(unsigned long long)f, WM_HIGH);
-	CHECK(f <= WM_HIGH + 2);
-	quiet(p);
-	CHECK_EQ(t_verify_seq(p, s, &cfg, 4, 0), ntok / cfg.page_tokens);
-	check_inv(p);
-	CHECK_EQ(kvt_seq_close(p, s), 0);
-	t_close(p, dev);
-}
-
-static void t_host_quiet(void)
-{
-	struct kvt_config cfg;
-	struct kvt_device *dev;
-	struct kvt_pager *p = open_host(&cfg, &dev);
-	kvt_seq_t s;
-	unsigned ntok = 0;
-
-	CHECK_EQ(kvt_seq_open(p, &s), 0);
-	/* Push pages into the host tier until exactly low frames are free. */
-	for (unsigned i = 0; i < 200 && free_of(p, KVT_TIER_HOST) > WM_LOW; i++)
-		page_append(p, s, &cfg, 5, &ntok);
-	CHECK_EQ(free_of(p, KVT_TIER_HOST), WM_LOW);
-	quiet(p);
-	struct kvt_stats st;
-	CHECK_EQ(kvt_pager_stats(p, &st), 0);
-	CHECK_EQ(st.tier[KVT_TIER_HOST].demotions, 0);
-	CHECK_EQ(st.tier[KVT_TIER_NVME].used, 0);
-	CHECK_EQ(kvt_seq_close(p, s), 0);
+	t_check_inv(p);
 	t_close(p, dev);
 }
 
 int main(void)
 {
-	static void (*const cases[])(void) = { t_fast_background, t_fast_quiet, t_fast_min,
-					       t_fast_pinned, t_host_background, t_host_quiet };
-	static const char *const names[] = { "fast-background", "fast-quiet", "fast-min",
-					     "fast-pinned", "host-background", "host-quiet" };
-	int fails = 0, skips = 0;
-	unsigned n = sizeof(cases) / sizeof(cases[0]);
+	static const struct t_case cases[] = {
+		{ "fast-background", t_fast_background },
+		{ "fast-quiet", t_fast_quiet },
+		{ "fast-min", t_fast_min },
+		{ "fast-pinned", t_fast_pinned },
+		{ "host-background", t_host_background },
+		{ "host-quiet", t_host_quiet },
+	};
 
-	for (unsigned i = 0; i < n; i++) {
-		int rc = run_sub(names[i], cases[i]);
-		fails += rc != 0 && rc != T_SKIP;
-		skips += rc == T_SKIP;
-	}
-	if (fails)
-		return 1;
-	return skips == (int)n ? T_SKIP : 0;
+	return t_run_cases(cases, sizeof(cases) / sizeof(cases[0]), 0, 20);
 }
