@@ -66,7 +66,8 @@ static void *copy_thread(void *arg)
 
 	for (;;) {
 		uint64_t tail = __atomic_load_n(&e->tail, __ATOMIC_RELAXED);
-		if (__atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 1) {
+		uint64_t head = __atomic_load_n(&e->head, __ATOMIC_ACQUIRE);
+		if (head == tail + 1) {
 			/* Spin a little before sleeping: back-to-back copies
 			 * of small pages would otherwise pay a wake-up each. */
 			for (int i = 0; i < 4000 && __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 1; i++)
@@ -83,31 +84,37 @@ static void *copy_thread(void *arg)
 				break;
 			continue;
 		}
-		struct copy c = e->q[(tail + 1) % QLEN];
-		memcpy(c.dst, c.src, c.bytes);
-		if (e->ns_per_byte > 0) {
-			uint64_t t = now_ns();
-			/* Behind by a late wake-up: catch up. Idle a while: the
-			 * link was free, start the budget afresh. */
-			if (busy_until + 1000000 < t)
-				busy_until = t;
-			busy_until += (uint64_t)(c.bytes * e->ns_per_byte);
-			/* Sleep only when well ahead: a sleep overshoots by tens
-			 * of microseconds, which would cap far below the rate. */
-			if (busy_until > t + 200000)
-				sleep_until(busy_until);
-		}
-		/* seq_cst pairs with the waiters' increment then re-check:
-		 * either they see the new tail or we see them. */
-		__atomic_store_n(&e->tail, tail + 1, __ATOMIC_SEQ_CST);
-		/* Waiters are woken every WAKE_EVERY copies and when the ring
-		 * runs dry; each re-checks its own condition. */
-		if (((tail + 1) % WAKE_EVERY == 0 ||
-		     __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == tail + 2) &&
-		    __atomic_load_n(&e->waiters, __ATOMIC_SEQ_CST)) {
-			pthread_mutex_lock(&e->lock);
-			pthread_cond_broadcast(&e->done);
-			pthread_mutex_unlock(&e->lock);
+		/* Everything queued up to head, without looking at the shared
+		 * counters in between: one release store per copy. */
+		for (; tail + 1 != head; tail++) {
+			const struct copy *c = &e->q[(tail + 1) % QLEN];
+			memcpy(c->dst, c->src, c->bytes);
+			if (e->ns_per_byte > 0) {
+				uint64_t t = now_ns();
+				/* Behind by a late wake-up: catch up. Idle a while:
+				 * the link was free, start the budget afresh. */
+				if (busy_until + 1000000 < t)
+					busy_until = t;
+				busy_until += (uint64_t)(c->bytes * e->ns_per_byte);
+				/* Sleep only when well ahead: a sleep overshoots by
+				 * tens of microseconds. */
+				if (busy_until > t + 200000)
+					sleep_until(busy_until);
+			}
+			__atomic_store_n(&e->tail, tail + 1, __ATOMIC_RELEASE);
+			/* Waiters are woken every WAKE_EVERY copies and at the
+			 * end of what was queued; each re-checks its own
+			 * condition. The fence pairs with the waiters' increment
+			 * then re-check: either they see the new tail or we see
+			 * them. */
+			if ((tail + 1) % WAKE_EVERY == 0 || tail + 2 == head) {
+				__atomic_thread_fence(__ATOMIC_SEQ_CST);
+				if (__atomic_load_n(&e->waiters, __ATOMIC_RELAXED)) {
+					pthread_mutex_lock(&e->lock);
+					pthread_cond_broadcast(&e->done);
+					pthread_mutex_unlock(&e->lock);
+				}
+			}
 		}
 	}
 	return NULL;
