@@ -1392,26 +1392,28 @@ out:
 	return r;
 }
 
-KVT_API int kvt_seq_tokens(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
+/* Tokens (pages = 0) or pages (pages = 1) in a layer of the sequence. */
+static int seq_count(struct kvt_pager *p, kvt_seq_t h, unsigned layer, int pages)
 {
 	int r = 0;
 	pthread_mutex_lock(&p->lock);
 	struct seq *s = seq_get(p, h, &r);
-	if (s)
-		r = layer < p->cfg.n_layers ? (int)s->lt[layer].ntok : -EINVAL;
+	if (s && layer >= p->cfg.n_layers)
+		r = -EINVAL;
+	else if (s)
+		r = (int)(pages ? s->lt[layer].n : s->lt[layer].ntok);
 	pthread_mutex_unlock(&p->lock);
 	return r;
 }
 
+KVT_API int kvt_seq_tokens(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
+{
+	return seq_count(p, h, layer, 0);
+}
+
 KVT_API int kvt_seq_pages(struct kvt_pager *p, kvt_seq_t h, unsigned layer)
 {
-	int r = 0;
-	pthread_mutex_lock(&p->lock);
-	struct seq *s = seq_get(p, h, &r);
-	if (s)
-		r = layer < p->cfg.n_layers ? (int)s->lt[layer].n : -EINVAL;
-	pthread_mutex_unlock(&p->lock);
-	return r;
+	return seq_count(p, h, layer, 1);
 }
 
 /* ---------------------------------------------------------------------
