@@ -88,12 +88,12 @@ test: deps-check
 
 # run: the main job on embedded defaults (a pager demonstration for now)
 run: deps-check
-	@$(MAKE) --no-print-directory tools
+	@$(MAKE) --no-print-directory -s tools
 	@$(BUILD)/kvt-demo
 
 # bench: every kvt-bench measurement, human tables
 bench: deps-check
-	@$(MAKE) --no-print-directory tools
+	@$(MAKE) --no-print-directory -s tools
 	$(BUILD)/kvt-bench all
 
 # asan: the suite under AddressSanitizer and UBSan
