@@ -88,6 +88,7 @@ test: deps-check
 
 # run: the main job on embedded defaults (a pager demonstration for now)
 run: deps-check
+	@[ -x $(BUILD)/kvt-demo ] || echo "building libkvt and the tools..."
 	@$(MAKE) --no-print-directory -s tools
 	@$(BUILD)/kvt-demo
 
