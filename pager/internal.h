@@ -99,10 +99,8 @@ struct pqueue {
 	uint32_t head, n, cap;
 };
 
-enum job_kind { JOB_DEMOTE };
-
+/* Work for the migration thread that a caller waits for (park, drain). */
 struct job {
-	int	  kind;
 	int	  lo, hi;	/* evict the pages out of tiers lo .. hi-1 */
 	struct pref *pages;
 	uint32_t  n;

@@ -400,11 +400,6 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 	return 0;
 }
 
-struct verify_arg {
-	struct kvt_pager *p;
-	struct move *mv;
-};
-
 /* Write the only copy of n pages of tier ti one tier down, then drop
  * them from ti. Returns the number moved or -errno when none could be. */
 static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint32_t n)
@@ -562,8 +557,7 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
 
 static void verify_read(void *arg, struct kvt_io *io)
 {
-	struct verify_arg *va = arg;
-	struct kvt_pager *p = va->p;
+	struct kvt_pager *p = arg;
 	struct move *m = io->user;
 
 	m->rres = io->res;
@@ -704,9 +698,8 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		}
 	}
 	if (nio) {
-		struct verify_arg va = { p, mv };
 		/* On a ring failure the reads not completed keep -ECANCELED. */
-		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, &va);
+		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, p);
 	}
 	/* Every copy started must be finished before its frames are touched,
 	 * whatever happened to the others. */
@@ -1803,7 +1796,7 @@ static int seq_refs(struct kvt_pager *p, struct seq *s, struct job *j)
 
 KVT_API int kvt_seq_park(struct kvt_pager *p, kvt_seq_t h)
 {
-	struct job j = { .kind = JOB_DEMOTE };
+	struct job j = { 0 };
 	int r = 0;
 
 	pthread_mutex_lock(&p->lock);
@@ -1905,7 +1898,7 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 
 KVT_API int kvt_pager_drain(struct kvt_pager *p, int tier)
 {
-	struct job j = { .kind = JOB_DEMOTE, .lo = tier, .hi = tier + 1 };
+	struct job j = { .lo = tier, .hi = tier + 1 };
 	int r;
 
 	if (!p || tier < 0 || tier >= p->last)
