@@ -21,7 +21,7 @@ LDFLAGS	+= -fsanitize=$(SAN)
 endif
 LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
 
-LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c)
+LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c))
 TEST_SRC = $(wildcard tests/t_*.c)
