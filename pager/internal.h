@@ -140,7 +140,8 @@ struct kvt_pager {
 
 	struct pqueue	demand, prefetch;
 	struct job	*jobs;
-	uint64_t	events;		/* bumped when pins drop or pages free */
+	uint64_t	events;		/* bumped when pins drop, pages free or moves land */
+	uint64_t	err_ev;		/* events when a promotion last failed for want of frames */
 	uint64_t	nvme_paused_until;	/* ns; demotion to NVMe paused */
 	uint64_t	alloc_fail;	/* bumped when a waited-for frame cannot be had */
 	uint64_t	frame_req;	/* bumped by each thread that starts waiting for one */

@@ -505,6 +505,7 @@ static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint
 	}
 	if (ti == KVT_TIER_FAST)
 		kvt_lat_record(&src->st, dt);
+	p->events++;
 	if (mv[0].res && r == 0 && moved == 0)
 		r = mv[0].res;
 	pthread_cond_broadcast(&p->done);
@@ -647,6 +648,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 				p->st.prefetch_dropped++;
 			} else {
 				pg->err = (int8_t)why;
+				p->err_ev = p->events;
 			}
 			if (pg->flags & PF_DOOMED) {
 				pg->flags &= ~PF_DOOMED;
@@ -768,6 +770,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	}
 	if (need_fast)
 		kvt_lat_record(&fast->st, dt);
+	p->events++;		/* the moved pages can be evicted again */
 	pthread_cond_broadcast(&p->done);
 	CHECK_INVARIANTS(p);
 }
@@ -1584,6 +1587,14 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
 			pg->err = 0;
 			b->ready[b->nready++] = i;
 			moved++;
+			continue;
+		}
+		if (pg->state == P_READY && !(pg->flags & PF_QDEMAND) && pg->err &&
+		    p->events == p->err_ev) {
+			/* It failed for want of a frame and nothing has been
+			 * unpinned, freed or landed since: asking again now would
+			 * fail the same way (and spin). Wait. */
+			b->pend[k++] = i;
 			continue;
 		}
 		if (pg->state == P_READY && !(pg->flags & PF_QDEMAND) && (!pg->err || !give_up)) {
