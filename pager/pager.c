@@ -28,6 +28,7 @@
 #define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
 #define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
 #define ENOSPC_WAIT_NS	100000000ull	/* how long a batch waits for frames to unpin */
+#define RETRY_WAIT_NS	5000000ull	/* a failed promotion is retried this often */
 
 struct entry {
 	uint32_t slot, gen, index;
@@ -361,6 +362,16 @@ static int unevictable(void *arg, uint64_t key)
 
 static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint32_t n);
 
+/* Evicting page s from tier ti: drop the copy when another one remains,
+ * else add s to the list wl[*nw] of pages to write one tier down. */
+static void drop_or_list(struct kvt_pager *p, uint32_t s, int ti, uint32_t *wl, uint32_t *nw)
+{
+	if (copies(&p->pages[s]) > 1)
+		unplace(p, s, ti, 1, 1);
+	else
+		wl[(*nw)++] = s;
+}
+
 /* Make `need` frames of tier ti free. Returns 0 when they are, -ENOSPC when
  * everything left is pinned or moving (or the tier below is full), -EAGAIN
  * for a prefetch that would evict a page needed sooner. */
@@ -386,10 +397,7 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 			struct page *pg = &p->pages[s];
 			if (prefetch && (pg->flags & (PF_PREFETCHED | PF_QDEMAND)))
 				return -EAGAIN;
-			if (copies(pg) > 1)
-				unplace(p, s, ti, 1, 1);
-			else
-				wl[nw++] = s;
+			drop_or_list(p, s, ti, wl, &nw);
 		}
 		if (nw) {
 			int r = demote_write(p, ti, wl, nw);
@@ -532,10 +540,7 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
 				res = -EBUSY;
 				continue;
 			}
-			if (copies(pg) > 1)
-				unplace(p, s, ti, 1, 1);
-			else
-				wl[nw++] = s;
+			drop_or_list(p, s, ti, wl, &nw);
 		}
 		if (nw) {
 			int r = demote_write(p, ti, wl, nw);
@@ -578,6 +583,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	struct kvt_io *io = p->ios;
 	uint32_t m = 0, need_fast = 0, need_host = 0;
 	int target = p->target;
+	uint64_t ev0 = p->events;
 
 	/* Which pages go up, and how many fast frames that takes. */
 	for (uint32_t i = 0; i < n; i++) {
@@ -648,7 +654,9 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 				p->st.prefetch_dropped++;
 			} else {
 				pg->err = (int8_t)why;
-				p->err_ev = p->events;
+				/* Progress made while trying (pages written down
+				 * by the reclaim) counts as a change: retry. */
+				p->err_ev = ev0;
 			}
 			if (pg->flags & PF_DOOMED) {
 				pg->flags &= ~PF_DOOMED;
@@ -1560,7 +1568,7 @@ KVT_API int kvt_acquire(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
 
 /* Move pending entries that have become ready (or failed) to ready[]
  * (lock held). Returns how many moved. */
-static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
+static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, int tick)
 {
 	uint32_t moved = 0, k = 0;
 
@@ -1590,10 +1598,11 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up)
 			continue;
 		}
 		if (pg->state == P_READY && !(pg->flags & PF_QDEMAND) && pg->err &&
-		    p->events == p->err_ev) {
+		    p->events == p->err_ev && !tick) {
 			/* It failed for want of a frame and nothing has been
-			 * unpinned, freed or landed since: asking again now would
-			 * fail the same way (and spin). Wait. */
+			 * unpinned, freed or landed since: asking again at once
+			 * would fail the same way (and spin). Wait for a change
+			 * or the next tick. */
 			b->pend[k++] = i;
 			continue;
 		}
@@ -1640,25 +1649,30 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 	if (b->rpos == b->nready) {
 		if (!b->npend)
 			return 0;
-		uint64_t t0 = now_ns(), ev = 0;
-		int give_up = 0;
+		uint64_t t0 = now_ns(), ev = 0, quiet_since = 0;
+		int give_up = 0, tick = 0;
 		pthread_mutex_lock(&p->lock);
 		unpin_consumed(p, b);
 		ev = p->events;
-		while (!collect(p, b, give_up)) {
+		while (!collect(p, b, give_up, tick)) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += (long)ENOSPC_WAIT_NS;
+			ts.tv_nsec += (long)RETRY_WAIT_NS;
 			if (ts.tv_nsec >= 1000000000) {
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000;
 			}
 			int w = pthread_cond_timedwait(&p->done, &p->lock, &ts);
-			/* A promotion that failed for want of a frame is retried
-			 * while pins keep dropping; after a quiet wait it is
-			 * reported. */
-			give_up = w == ETIMEDOUT && p->events == ev && !p->moving &&
-				  !p->demand.n;
+			/* A promotion that failed for want of a frame is asked for
+			 * again when something changed, and every tick anyway;
+			 * after a quiet ENOSPC_WAIT_NS with nothing in flight it
+			 * is reported. */
+			tick = w == ETIMEDOUT;
+			if (p->events != ev || p->moving)
+				quiet_since = 0;
+			else if (!quiet_since)
+				quiet_since = now_ns();
+			give_up = quiet_since && now_ns() - quiet_since >= ENOSPC_WAIT_NS;
 			ev = p->events;
 		}
 		p->st.stall_ns += now_ns() - t0;
