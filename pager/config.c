@@ -172,26 +172,9 @@ static locale_t c_locale(void)
 	return newlocale(LC_ALL_MASK, "C", (locale_t)0);
 }
 
-/* Decimal digits only: no sign, no space, no 0x. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-	unsigned long long x;
-	char *end;
-
-	if (!isdigit((unsigned char)s[0]))
-		return -EINVAL;
-	errno = 0;
-	x = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (*end)
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
-
-/* Digits with an optional binary suffix K, M, G or T (either case). */
-static int parse_size(const char *s, uint64_t *out)
+/* Decimal digits (no sign, no space, no 0x) with, where suffix is set, an
+ * optional binary suffix K, M, G or T (either case). */
+static int parse_num(const char *s, int suffix, uint64_t *out)
 {
 	unsigned long long x;
 	unsigned shift = 0;
@@ -203,7 +186,7 @@ static int parse_size(const char *s, uint64_t *out)
 	x = strtoull(s, &end, 10);
 	if (errno == ERANGE)
 		return -ERANGE;
-	switch (*end) {
+	switch (suffix ? *end : 0) {
 	case 'K': case 'k': shift = 10; end++; break;
 	case 'M': case 'm': shift = 20; end++; break;
 	case 'G': case 'g': shift = 30; end++; break;
@@ -498,12 +481,12 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 
 	switch (k->type) {
 	case T_UINT:
-		if (parse_u64(v, &u) || u < k->min || u > k->max)
+		if (parse_num(v, 0, &u) || u < k->min || u > k->max)
 			return bad_value(msg, len, k, v);
 		*(unsigned *)f = (unsigned)u;
 		return 0;
 	case T_SIZE:
-		rc = parse_size(v, &u);
+		rc = parse_num(v, 1, &u);
 		if (rc == -ERANGE)
 			return fail(msg, len, -EINVAL, "%s = %s: too large (must fit in 64 bits)",
 				    k->name, echo(v, e, sizeof(e), ECHO_MAX));
@@ -521,7 +504,7 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 			*(int *)f = s->value;
 			return 0;
 		}
-		if (k->num && !parse_u64(v, &u) && u >= k->min && u <= k->max) {
+		if (k->num && !parse_num(v, 0, &u) && u >= k->min && u <= k->max) {
 			*(int *)f = (int)u;
 			return 0;
 		}
