@@ -4,10 +4,10 @@ BUILD	?= build
 CC	?= cc
 OPT	?= -O2
 SAN	?=
-PKGS	 = liburing numa inih libxxhash
+PKGS	 = liburing numa inih libxxhash openblas
 # Debian packages behind $(PKGS) and the tools the tests and benchmarks use.
 DEB_PKGS = build-essential pkg-config liburing-dev libnuma-dev libinih-dev \
-	   libxxhash-dev fio
+	   libxxhash-dev libopenblas-dev fio
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -45,6 +45,9 @@ tests: $(TESTS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# The compute kernels are the hot loops of the forward pass.
+$(BUILD)/kernels/cpu/%.o: OPT = -O3
 
 $(BUILD)/libkvt.a: $(LIB_OBJ)
 	@rm -f $@
