@@ -19,16 +19,23 @@
 
 /* A fixed pool of worker threads. The caller's thread takes part in every
  * run, so a pool of n threads has n - 1 workers. Between runs the workers
- * spin briefly, then sleep. */
+ * spin for 50 us, then sleep on a futex: a run that follows within that
+ * costs well under a microsecond, one after a longer pause pays the
+ * wake-up. */
 struct kvt_pool;
 
-int  kvt_pool_new(unsigned n_threads, struct kvt_pool **out);	/* 0 = one per online cpu */
-void kvt_pool_free(struct kvt_pool *pool);
-unsigned kvt_pool_threads(const struct kvt_pool *pool);
+/* 0 or -ENOMEM/-EAGAIN. n_threads 0: one per cpu this process may run on
+ * (its affinity mask). */
+int  kvt_pool_new(unsigned n_threads, struct kvt_pool **out);
+void kvt_pool_free(struct kvt_pool *pool);	/* NULL is fine */
+unsigned kvt_pool_threads(const struct kvt_pool *pool);	/* NULL: 1 */
 /* Run fn(arg, task, thread) for task in 0..n_tasks-1 across the pool and
  * return when all have finished. thread is in 0..kvt_pool_threads()-1 and
- * names the thread running the task (for per-thread scratch). Runs are not
- * reentrant: fn must not call kvt_pool_run on the same pool. */
+ * names the thread running the task (for per-thread scratch); the caller
+ * is thread 0. Tasks are handed out in order from a shared counter, so
+ * uneven tasks balance themselves. One run at a time per pool: callers on
+ * different threads must serialise, and fn must not call kvt_pool_run on
+ * the same pool. pool NULL runs every task on the caller as thread 0. */
 void kvt_pool_run(struct kvt_pool *pool, void (*fn)(void *arg, unsigned task, unsigned thread),
 		  void *arg, unsigned n_tasks);
 
@@ -40,15 +47,25 @@ struct kvt_mat {
 	uint32_t n_in, n_out;
 };
 
-/* y (rows, n_out) = x (rows, n_in) * W^T. Many rows go through OpenBLAS
- * sgemm (non-f32 weights converted a block of rows at a time into
- * scratch); a few rows go through vectorised dot products that read W
- * once for all rows, parallel over output rows on the pool. Returns 0 or
- * -ENOMEM (scratch). */
+/* y (rows, n_out) = x (rows, n_in) * W^T, on the pool (NULL: the caller
+ * alone); x and y do not overlap. A few rows (under 8 for F32, under 16
+ * for the other types) go through vectorised dot products that read W
+ * once for all rows, parallel over blocks of output rows. More rows go
+ * through OpenBLAS sgemm, one block of up to 256 output rows per pool
+ * task, non-f32 weights first converted into per-call scratch (per
+ * thread, one block: about 4 MiB at most unless rows are over 64 Ki
+ * values wide; allocated and freed by the call). The first sgemm call
+ * sets OpenBLAS to one thread, process-wide: the pool supplies the
+ * parallelism, which measured faster on 2 cores than OpenBLAS's own
+ * threads, and OpenBLAS's idle threads no longer spin against the pool's.
+ * Returns 0, -EINVAL (a type not listed above, a Q8_0 n_in not a multiple
+ * of 32) or -ENOMEM (scratch). */
 int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		const struct kvt_mat *w);
 
-/* Row id of W as f32 (n_in values): the token embedding lookup. */
+/* Row id (< n_out) of W as f32 (n_in values): the token embedding lookup.
+ * Exact: f16, bf16 and d * q all fit an f32. Writes nothing for a matrix
+ * kvt_matmul would refuse. */
 void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id);
 
 /* out (n) = x / rms(x) * w; out may be x. */
@@ -57,16 +74,28 @@ void kvt_rmsnorm(float *out, const float *x, const float *w, unsigned n, float e
 /* Rotary embedding in place on x (n_heads, head_dim) at position pos, over
  * the first rope_dim dims of each head, in adjacent pairs (2i, 2i+1) as
  * llama.cpp's GGUF Llama models expect: angle = pos * freq_scale *
- * theta^(-2i/rope_dim). */
+ * theta^(-2i/rope_dim), (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+ * The angles are computed in double. rope_dim is even and at most
+ * head_dim; the dims past it are left alone. */
 void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
 	      uint32_t pos, float theta, float freq_scale);
 
 /* g (n) = silu(g) * u */
 void kvt_swiglu(float *g, const float *u, unsigned n);
 
-/* f32 <-> IEEE half (F16C where the cpu has it). */
+/* f32 <-> IEEE half (F16C where the cpu has it). Round to nearest even;
+ * overflow gives inf, subnormals are kept; NaNs keep sign and payload (the
+ * top 10 bits of it on the way down) and come out quiet, exactly as F16C
+ * does, on every cpu. */
 void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+
+/* Which code the kernels run: 0 the portable C, 1 AVX2 with FMA and F16C,
+ * 2 that and AVX-512F. The best the cpu has, unless lowered by
+ * kvt_cpu_set_simd_max (tests use it to reach every path; call it between
+ * kernel calls, never during one). */
+int  kvt_cpu_simd(void);
+void kvt_cpu_set_simd_max(int level);
 
 /* KV element types. */
 enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1 };
@@ -95,24 +124,33 @@ struct kvt_attn_acc {
 	struct kvt_attn_shape sh;
 	float *m, *l;			/* (rows, n_head) */
 	float *o;			/* (rows, n_head, head_dim) */
-	float *s;			/* scratch: (page tokens) scores, grown as needed */
-	size_t s_cap;
+	float *s;			/* scratch for kvt_attn_page, grown as needed */
+	size_t s_cap;			/* floats at s */
 };
 
-int  kvt_attn_acc_init(struct kvt_attn_acc *a, const struct kvt_attn_shape *sh);	/* allocates */
-void kvt_attn_acc_reset(struct kvt_attn_acc *a);	/* m = -inf, l = 0, o = 0 */
-void kvt_attn_acc_free(struct kvt_attn_acc *a);
-/* Returns 0 or -ENOMEM (score scratch for a page longer than any before). */
+/* Allocates m, l and o, and resets them: 0, -ENOMEM, or -EINVAL (a zero
+ * dimension, n_head not a multiple of n_kv_heads, an unknown kv_type). */
+int  kvt_attn_acc_init(struct kvt_attn_acc *a, const struct kvt_attn_shape *sh);
+/* m = -inf, l = 0, o = 0; scratch kept. sh.rows may be lowered (never
+ * above the rows at init) before a reset, to reuse one accumulator for
+ * fewer rows. */
+void kvt_attn_acc_reset(struct kvt_attn_acc *a);
+void kvt_attn_acc_free(struct kvt_attn_acc *a);	/* also on a zeroed struct */
+/* Fold in one page. An accumulator is used by one thread at a time (its
+ * scratch); different accumulators may fold pages concurrently. Returns 0
+ * or -ENOMEM (scratch for a page longer than any before). */
 int  kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 		   const void *k, const void *v, unsigned ntok, uint32_t pos0);
+/* dst += src, both of the same shape; src is left as it is. */
 void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src);
 /* out (rows, n_head, head_dim); a row that saw nothing gets zeros. */
 void kvt_attn_finish(const struct kvt_attn_acc *a, float *out);
 
 /* The reference: plain two-pass softmax attention over a contiguous KV
- * (n_ctx, n_kv_heads, head_dim) in kv_type, no paging, no online softmax.
- * Used by the dense path and the tests. Allocates n_ctx floats of score
- * scratch per call: 0 or -ENOMEM. */
+ * (n_ctx, n_kv_heads, head_dim) in kv_type, token t at position t, no
+ * paging, no online softmax, scalar and in double. Used by the dense path
+ * and the tests. Allocates n_ctx + head_dim doubles of scratch per call:
+ * 0, -ENOMEM or -EINVAL (as kvt_attn_acc_init). */
 int  kvt_attn_dense(const struct kvt_attn_shape *sh, float *out, const float *q,
 		    const uint32_t *qpos, const void *k, const void *v, unsigned n_ctx);
 

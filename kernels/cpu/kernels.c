@@ -1,0 +1,1596 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cpu kernels of kernels.h except the thread pool (pool.c): f16
+ * conversion, RMSNorm, RoPE, SwiGLU, weight rows and products, paged and
+ * dense attention.
+ *
+ * Every hot loop exists twice: for AVX2 with FMA and F16C (functions
+ * marked AVX2, compiled for that target whatever the build's -march), and
+ * in portable C. kvt_cpu_simd() picks one per call, so one binary runs on
+ * any x86-64 and the portable code alone builds anywhere else. The two
+ * agree up to the order of float rounding; f16 conversion agrees to the
+ * bit, NaNs included.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+#include "kernels/cpu/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KVT_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define AVX2		__attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE	static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX512		__attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512_INLINE	static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+#endif
+
+/* The GGML type numbers (runtime/gguf.h's enum kvt_ggml_type, fixed by the
+ * file format); kernels/ does not include runtime/. */
+enum { W_F32 = 0, W_F16 = 1, W_Q8_0 = 8, W_BF16 = 30 };
+#define QK	32		/* Q8_0 values per block */
+#define Q8_SZ	34		/* Q8_0 block: f16 scale d, then 32 int8 q; value d * q */
+
+/*
+ * Matrix products. With few rows of x the product is bound by reading the
+ * weights, and the dot-product kernels, which read each weight row once
+ * for all rows (and F16, BF16, Q8_0 at their own size), beat sgemm; with
+ * more, sgemm's blocking wins. Where, measured on 2 cores of an AVX-512
+ * EPYC with 4096 x 4096 weights: at 8 rows for F32 (OpenBLAS is slow at
+ * odd row counts below that), and between 16 and 24 rows for the other
+ * types, for which sgemm also pays a conversion pass over the weights.
+ */
+#define SMALL_ROWS_F32	8	/* rows below this take the dot products */
+#define SMALL_ROWS_CONV	16	/* the same for F16, BF16, Q8_0 */
+#define SMALL_BLK	16	/* output rows per task: a multiple of this (a line of y) */
+#define SMALL_TASK_MIN	(32 << 10)	/* weight bytes per task at least */
+/* sgemm calls take blocks of at most GEMM_BLK output rows (256 measured
+ * 2-5% faster than 128 at 128-512 rows, 64 10% slower), at least two per
+ * thread, and for converted types at most GEMM_SCRATCH floats of scratch
+ * per thread. */
+#define GEMM_BLK	256
+#define GEMM_SCRATCH	(1u << 20)
+
+/* ---- dispatch ---- */
+
+static int simd_max = 2;	/* atomic; lowered by tests */
+
+/* The best level the cpu and the OS (which must save the wider registers
+ * on a switch: XCR0) support. From cpuid rather than
+ * __builtin_cpu_supports, which older clang cannot ask about F16C. */
+static int simd_probe(void)
+{
+#ifdef KVT_X86
+	unsigned a, b, c, d, lo, hi;
+	uint64_t xcr0;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX) ||
+	    !(c & bit_FMA) || !(c & bit_F16C))
+		return 0;
+	__asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	xcr0 = (uint64_t)hi << 32 | lo;
+	if ((xcr0 & 0x6) != 0x6)		/* SSE and AVX state */
+		return 0;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & bit_AVX2))
+		return 0;
+	if ((b & bit_AVX512F) && (xcr0 & 0xe0) == 0xe0)	/* opmask and ZMM state */
+		return 2;
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+/* Probed once: cpuid traps to the hypervisor in a VM. */
+int kvt_cpu_simd(void)
+{
+	static int have = -1;	/* atomic: -1 until probed */
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED), max;
+
+	if (h < 0) {
+		h = simd_probe();
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
+	}
+	max = __atomic_load_n(&simd_max, __ATOMIC_RELAXED);
+	return h < max ? h : max;
+}
+
+void kvt_cpu_set_simd_max(int level)
+{
+	__atomic_store_n(&simd_max, level < 0 ? 0 : level, __ATOMIC_RELAXED);
+}
+
+/* ---- f16 ---- */
+
+static inline float f32_of(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint32_t bits_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+/* Half to float, exact. A NaN keeps its sign and payload and comes back
+ * quiet, as vcvtph2ps does. */
+static float h2f(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = h >> 10 & 0x1f, m = h & 0x3ff;
+
+	if (e == 0x1f)
+		return f32_of(sign | 0x7f800000 | (m ? 0x400000 | m << 13 : 0));
+	if (e)
+		return f32_of(sign | (e + 112) << 23 | m << 13);
+	if (!m)
+		return f32_of(sign);
+	e = 113;			/* subnormal m * 2^-24: normalise */
+	while (!(m & 0x400)) {
+		m <<= 1;
+		e--;
+	}
+	return f32_of(sign | e << 23 | (m & 0x3ff) << 13);
+}
+
+/* Float to half, rounding to nearest even; overflow gives inf, tiny
+ * values subnormals or zero; a NaN comes back quiet with the top of its
+ * payload, as vcvtps2ph does. Integer only, so no FPU mode matters. */
+static uint16_t f2h(float f)
+{
+	uint32_t x = bits_of(f), sign = x >> 16 & 0x8000, m, q, rem, half;
+	unsigned shift;
+
+	x &= 0x7fffffff;
+	if (x > 0x7f800000)
+		return (uint16_t)(sign | 0x7e00 | (x >> 13 & 0x3ff));
+	if (x >= 0x477ff000)		/* 65520 and up round to inf */
+		return (uint16_t)(sign | 0x7c00);
+	if (x >= 0x38800000) {		/* normal half: rebias by 112 */
+		x -= 0x38000000;
+		return (uint16_t)(sign | (x + 0xfff + (x >> 13 & 1)) >> 13);
+	}
+	if (x <= 0x33000000)		/* at most half the smallest subnormal */
+		return (uint16_t)sign;
+	m = (x & 0x7fffff) | 0x800000;	/* value m * 2^(e - 150), in units of 2^-24: */
+	shift = 126 - (x >> 23);	/* 14..24 */
+	q = m >> shift;
+	rem = m & ((1u << shift) - 1);
+	half = 1u << (shift - 1);
+	q += rem > half || (rem == half && (q & 1));
+	return (uint16_t)(sign | q);
+}
+
+#ifdef KVT_X86
+AVX2 static void f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+	for (; i < n; i++)
+		dst[i] = _cvtsh_ss(src[i]);
+}
+
+AVX2 static void f32_to_f16_avx2(uint16_t *dst, const float *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(dst + i),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+	for (; i < n; i++)
+		dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+#endif
+
+void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+#ifdef KVT_X86
+	if (kvt_cpu_simd()) {
+		f16_to_f32_avx2(dst, src, n);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		dst[i] = h2f(src[i]);
+}
+
+void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n)
+{
+#ifdef KVT_X86
+	if (kvt_cpu_simd()) {
+		f32_to_f16_avx2(dst, src, n);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		dst[i] = f2h(src[i]);
+}
+
+/* ---- AVX2 helpers ---- */
+
+#ifdef KVT_X86
+AVX2_INLINE float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* The eight horizontal sums of a0..a7, in that order, in one vector. */
+AVX2_INLINE __m256 hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
+			   __m256 a4, __m256 a5, __m256 a6, __m256 a7)
+{
+	__m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+	__m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+
+	return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20),
+			     _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
+/* e^x on 8 floats to within 2 ulp: Cephes' expf polynomial on x - n ln2,
+ * times 2^n applied in two halves so that n may reach 128 (overflow to
+ * +inf) or -150 (subnormal results, to within a few subnormal ulp).
+ * NaN stays NaN. */
+AVX2_INLINE __m256 exp8(__m256 x)
+{
+	__m256 n, r, p;
+	__m256i ni, e1, e2;
+
+	x = _mm256_min_ps(_mm256_set1_ps(88.8f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+			    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	ni = _mm256_cvtps_epi32(n);
+	e1 = _mm256_srai_epi32(ni, 1);
+	e2 = _mm256_sub_epi32(ni, e1);
+	e1 = _mm256_slli_epi32(_mm256_add_epi32(e1, _mm256_set1_epi32(127)), 23);
+	e2 = _mm256_slli_epi32(_mm256_add_epi32(e2, _mm256_set1_epi32(127)), 23);
+	p = _mm256_mul_ps(p, _mm256_castsi256_ps(e1));
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e2));
+}
+#endif
+
+/* ---- RMSNorm, RoPE, SwiGLU ---- */
+
+#ifdef KVT_X86
+AVX2 static float sumsq_avx2(const float *x, unsigned n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	unsigned i = 0;
+	float s;
+
+	for (; i + 32 <= n; i += 32) {
+		__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+		__m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+		a0 = _mm256_fmadd_ps(x0, x0, a0);
+		a1 = _mm256_fmadd_ps(x1, x1, a1);
+		a2 = _mm256_fmadd_ps(x2, x2, a2);
+		a3 = _mm256_fmadd_ps(x3, x3, a3);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 x0 = _mm256_loadu_ps(x + i);
+		a0 = _mm256_fmadd_ps(x0, x0, a0);
+	}
+	s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	for (; i < n; i++)
+		s += x[i] * x[i];
+	return s;
+}
+#endif
+
+void kvt_rmsnorm(float *out, const float *x, const float *w, unsigned n, float eps)
+{
+	double ss = 0;
+	float r;
+
+	if (!n)
+		return;
+#ifdef KVT_X86
+	if (kvt_cpu_simd())
+		ss = sumsq_avx2(x, n);
+	else
+#endif
+		for (unsigned i = 0; i < n; i++)
+			ss += (double)x[i] * x[i];
+	r = (float)(1.0 / sqrt(ss / n + eps));
+	for (unsigned i = 0; i < n; i++)
+		out[i] = x[i] * r * w[i];
+}
+
+/* The angles are computed in double: at large positions a float angle
+ * (pos * freq) would already be off by many ulp before cos and sin. */
+void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
+	      uint32_t pos, float theta, float freq_scale)
+{
+	if (rope_dim > head_dim)
+		rope_dim = head_dim;
+	for (unsigned i = 0; i < rope_dim / 2; i++) {
+		double a = (double)pos * freq_scale * pow(theta, -2.0 * i / rope_dim), sd, cd;
+		float c, s;
+
+		sincos(a, &sd, &cd);
+		c = (float)cd;
+		s = (float)sd;
+		for (unsigned h = 0; h < n_heads; h++) {
+			float *p = x + (size_t)h * head_dim + 2 * i, x0 = p[0], x1 = p[1];
+
+			p[0] = x0 * c - x1 * s;
+			p[1] = x0 * s + x1 * c;
+		}
+	}
+}
+
+#ifdef KVT_X86
+AVX2 static void swiglu_avx2(float *g, const float *u, unsigned n)
+{
+	const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+	unsigned i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(g + i);
+		__m256 e = exp8(_mm256_sub_ps(zero, x));
+
+		_mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+						      _mm256_loadu_ps(u + i)));
+	}
+	for (; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+#endif
+
+void kvt_swiglu(float *g, const float *u, unsigned n)
+{
+#ifdef KVT_X86
+	if (kvt_cpu_simd()) {
+		swiglu_avx2(g, u, n);
+		return;
+	}
+#endif
+	for (unsigned i = 0; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---- weight rows ---- */
+
+/* Bytes of one weight row, 0 for a type or width we do not take. */
+static size_t row_bytes(uint32_t type, uint32_t n_in)
+{
+	switch (type) {
+	case W_F32:
+		return (size_t)n_in * 4;
+	case W_F16:
+	case W_BF16:
+		return (size_t)n_in * 2;
+	case W_Q8_0:
+		return n_in % QK ? 0 : (size_t)n_in / QK * Q8_SZ;
+	}
+	return 0;
+}
+
+static inline float bf2f(uint16_t b)
+{
+	return f32_of((uint32_t)b << 16);
+}
+
+static inline float q8_scale(const uint8_t *blk)
+{
+	uint16_t d;
+
+	memcpy(&d, blk, sizeof(d));
+	return h2f(d);
+}
+
+#ifdef KVT_X86
+AVX2 static void bf16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+		_mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+	}
+	for (; i < n; i++)
+		dst[i] = bf2f(src[i]);
+}
+
+AVX2 static void q8_to_f32_avx2(float *dst, const uint8_t *src, size_t nblk)
+{
+	for (size_t b = 0; b < nblk; b++, src += Q8_SZ, dst += QK) {
+		uint16_t dh;
+		__m256 d;
+
+		memcpy(&dh, src, sizeof(dh));
+		d = _mm256_set1_ps(_cvtsh_ss(dh));
+		for (int k = 0; k < QK; k += 8) {
+			__m128i q = _mm_loadl_epi64((const __m128i *)(src + 2 + k));
+			__m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+
+			_mm256_storeu_ps(dst + k, _mm256_mul_ps(d, v));
+		}
+	}
+}
+#endif
+
+/* n values of a weight row from value i0 on, as f32 (for Q8_0, i0 and n
+ * are multiples of QK). */
+static void row_to_f32(float *dst, uint32_t type, const void *row, size_t i0, size_t n, int simd)
+{
+	const uint16_t *h = (const uint16_t *)row + i0;
+	const uint8_t *q = (const uint8_t *)row + i0 / QK * Q8_SZ;
+
+	switch (type) {
+	case W_F32:
+		memcpy(dst, (const float *)row + i0, n * sizeof(float));
+		return;
+	case W_F16:
+		if (simd)
+			kvt_f16_to_f32(dst, h, n);
+		else
+			for (size_t i = 0; i < n; i++)
+				dst[i] = h2f(h[i]);
+		return;
+	case W_BF16:
+#ifdef KVT_X86
+		if (simd) {
+			bf16_to_f32_avx2(dst, h, n);
+			return;
+		}
+#endif
+		for (size_t i = 0; i < n; i++)
+			dst[i] = bf2f(h[i]);
+		return;
+	case W_Q8_0:
+#ifdef KVT_X86
+		if (simd) {
+			q8_to_f32_avx2(dst, q, n / QK);
+			return;
+		}
+#endif
+		for (size_t b = 0; b < n / QK; b++, q += Q8_SZ) {
+			float d = q8_scale(q);
+			for (int k = 0; k < QK; k++)
+				dst[b * QK + k] = d * (float)(int8_t)q[2 + k];
+		}
+		return;
+	}
+}
+
+void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id)
+{
+	size_t rb = row_bytes(w->type, w->n_in);
+
+	if (!rb)
+		return;
+	row_to_f32(out, w->type, (const char *)w->data + (size_t)id * rb, 0, w->n_in, kvt_cpu_simd());
+}
+
+/* ---- dot products: R rows of x against NW weight rows ---- */
+
+/* out[k * 4 + r] = sum_i w_k[i] * x[r * ldx + i] for k < NW <= 2 (weight
+ * row k at w + k * wst bytes) and r < R <= 4, over n values. Each weight
+ * row is read once for all R rows. */
+typedef void (*dots_fn)(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,
+			unsigned n, unsigned R, float *out);
+
+#ifdef KVT_X86
+AVX2_INLINE __m256 load8w(const void *w, size_t i, int type)
+{
+	__m128i h;
+
+	if (type == W_F32)
+		return _mm256_loadu_ps((const float *)w + i);
+	h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+	if (type == W_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AVX2_INLINE float load1w(const void *w, size_t i, int type)
+{
+	if (type == W_F32)
+		return ((const float *)w)[i];
+	if (type == W_F16)
+		return _cvtsh_ss(((const uint16_t *)w)[i]);
+	return bf2f(((const uint16_t *)w)[i]);
+}
+
+/* The body for F32, F16 and BF16: NW (1 or 2) weight rows w[k] = w0 +
+ * k * wst against R rows of x, out[k * 4 + r]. Inlined with NW, R and
+ * type constant so that the accumulators live in registers: U per pair,
+ * enough to cover the FMA latency, at most eight in all. Two weight rows
+ * at once halve the loads of x, which for R > 2 no longer sit in L1. */
+AVX2_INLINE void dots_body(const void *w0, size_t wst, const float *x, size_t ldx, unsigned n,
+			   unsigned NW, unsigned R, int type, float *out)
+{
+	const unsigned U = NW * R == 1 ? 4 : NW * R == 2 ? 4 : NW * R <= 4 ? 2 : 1;
+	const void *w[2] = { w0, (const char *)w0 + wst };
+	__m256 acc[2][4][4];
+	unsigned i = 0;
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			for (unsigned u = 0; u < U; u++)
+				acc[k][r][u] = _mm256_setzero_ps();
+	for (; i + 8 * U <= n; i += 8 * U)
+		for (unsigned u = 0; u < U; u++) {
+			__m256 wv[2];
+			for (unsigned k = 0; k < NW; k++)
+				wv[k] = load8w(w[k], i + 8 * u, type);
+			for (unsigned r = 0; r < R; r++) {
+				__m256 xv = _mm256_loadu_ps(x + r * ldx + i + 8 * u);
+				for (unsigned k = 0; k < NW; k++)
+					acc[k][r][u] = _mm256_fmadd_ps(wv[k], xv, acc[k][r][u]);
+			}
+		}
+	for (; i + 8 <= n; i += 8) {
+		__m256 wv[2];
+		for (unsigned k = 0; k < NW; k++)
+			wv[k] = load8w(w[k], i, type);
+		for (unsigned r = 0; r < R; r++) {
+			__m256 xv = _mm256_loadu_ps(x + r * ldx + i);
+			for (unsigned k = 0; k < NW; k++)
+				acc[k][r][0] = _mm256_fmadd_ps(wv[k], xv, acc[k][r][0]);
+		}
+	}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++) {
+			__m256 s = acc[k][r][0];
+			for (unsigned u = 1; u < U; u++)
+				s = _mm256_add_ps(s, acc[k][r][u]);
+			out[k * 4 + r] = hsum8(s);
+		}
+	for (; i < n; i++)
+		for (unsigned k = 0; k < NW; k++) {
+			float wv = load1w(w[k], i, type);
+			for (unsigned r = 0; r < R; r++)
+				out[k * 4 + r] += wv * x[r * ldx + i];
+		}
+}
+
+AVX2_INLINE __m256 q8_load8(const uint8_t *q)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+}
+
+/* One Q8_0 block against R rows: acc[r] += d * (q . x[r]). */
+AVX2_INLINE void q8_block(const uint8_t *b, const float *x, size_t ldx, unsigned R, __m256 *acc)
+{
+	uint16_t dh;
+	__m256 d, w0, w1, w2, w3;
+
+	memcpy(&dh, b, sizeof(dh));
+	d = _mm256_set1_ps(_cvtsh_ss(dh));
+	w0 = q8_load8(b + 2);
+	w1 = q8_load8(b + 10);
+	w2 = q8_load8(b + 18);
+	w3 = q8_load8(b + 26);
+	for (unsigned r = 0; r < R; r++) {
+		const float *xr = x + r * ldx;
+		__m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xr));
+		__m256 t2 = _mm256_mul_ps(w1, _mm256_loadu_ps(xr + 8));
+
+		t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), t);
+		t2 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), t2);
+		acc[r] = _mm256_fmadd_ps(d, _mm256_add_ps(t, t2), acc[r]);
+	}
+}
+
+/* Q8_0: two accumulators per row, alternating blocks. */
+AVX2_INLINE void dots_q8_body(const void *w, const float *x, size_t ldx, unsigned n, unsigned R,
+			      float *out)
+{
+	const uint8_t *b = w;
+	__m256 a0[4], a1[4];
+	unsigned nb = n / QK, j = 0;
+
+	for (unsigned r = 0; r < R; r++)
+		a0[r] = a1[r] = _mm256_setzero_ps();
+	for (; j + 2 <= nb; j += 2, b += 2 * Q8_SZ) {
+		q8_block(b, x + j * QK, ldx, R, a0);
+		q8_block(b + Q8_SZ, x + (j + 1) * QK, ldx, R, a1);
+	}
+	if (j < nb)
+		q8_block(b, x + j * QK, ldx, R, a0);
+	for (unsigned r = 0; r < R; r++)
+		out[r] = hsum8(_mm256_add_ps(a0[r], a1[r]));
+}
+
+/* A dots_fn from a body, instantiated for each NW and R (NN, RR). */
+#define DEF_DOTS(target, name, body...)						\
+target static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
+			unsigned n, unsigned R, float *out)			\
+{										\
+	switch ((NW - 1) * 4 + R - 1) {						\
+	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
+	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
+	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
+	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
+	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
+	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
+	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
+	default: { const unsigned NN = 2, RR = 4; body; break; }		\
+	}									\
+}
+
+DEF_DOTS(AVX2, dots_f32_avx2, dots_body(w, wst, x, ldx, n, NN, RR, W_F32, out))
+DEF_DOTS(AVX2, dots_f16_avx2, dots_body(w, wst, x, ldx, n, NN, RR, W_F16, out))
+DEF_DOTS(AVX2, dots_bf16_avx2, dots_body(w, wst, x, ldx, n, NN, RR, W_BF16, out))
+DEF_DOTS(AVX2, dots_q8_avx2, for (unsigned k = 0; k < NN; k++)
+	 dots_q8_body((const char *)w + k * wst, x, ldx, n, RR, out + 4 * k))
+
+/* The same with AVX-512F: twice the lanes per instruction, which the
+ * conversions (F16, BF16, and above all Q8_0) need to keep up with
+ * memory. Not used for F32 (see kvt_matmul). */
+
+/* F16 or BF16 (type constant). */
+AVX512_INLINE __m512 load16w(const void *w, size_t i, int type)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
+
+	if (type == W_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AVX512_INLINE void dots512_body(const void *w0, size_t wst, const float *x, size_t ldx,
+				unsigned n, unsigned NW, unsigned R, int type, float *out)
+{
+	const unsigned U = NW * R == 1 ? 4 : NW * R == 2 ? 4 : NW * R <= 4 ? 2 : 1;
+	const void *w[2] = { w0, (const char *)w0 + wst };
+	__m512 acc[2][4][4];
+	unsigned i = 0;
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			for (unsigned u = 0; u < U; u++)
+				acc[k][r][u] = _mm512_setzero_ps();
+	for (; i + 16 * U <= n; i += 16 * U)
+		for (unsigned u = 0; u < U; u++) {
+			__m512 wv[2];
+			for (unsigned k = 0; k < NW; k++)
+				wv[k] = load16w(w[k], i + 16 * u, type);
+			for (unsigned r = 0; r < R; r++) {
+				__m512 xv = _mm512_loadu_ps(x + r * ldx + i + 16 * u);
+				for (unsigned k = 0; k < NW; k++)
+					acc[k][r][u] = _mm512_fmadd_ps(wv[k], xv, acc[k][r][u]);
+			}
+		}
+	for (; i + 16 <= n; i += 16) {
+		__m512 wv[2];
+		for (unsigned k = 0; k < NW; k++)
+			wv[k] = load16w(w[k], i, type);
+		for (unsigned r = 0; r < R; r++) {
+			__m512 xv = _mm512_loadu_ps(x + r * ldx + i);
+			for (unsigned k = 0; k < NW; k++)
+				acc[k][r][0] = _mm512_fmadd_ps(wv[k], xv, acc[k][r][0]);
+		}
+	}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++) {
+			__m512 s = acc[k][r][0];
+			for (unsigned u = 1; u < U; u++)
+				s = _mm512_add_ps(s, acc[k][r][u]);
+			out[k * 4 + r] = _mm512_reduce_add_ps(s);
+		}
+	for (; i < n; i++)
+		for (unsigned k = 0; k < NW; k++) {
+			float wv = load1w(w[k], i, type);
+			for (unsigned r = 0; r < R; r++)
+				out[k * 4 + r] += wv * x[r * ldx + i];
+		}
+}
+
+AVX512_INLINE __m512 q8_load16(const uint8_t *q)
+{
+	return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+}
+
+AVX512_INLINE void q8_block512(const uint8_t *b, const float *x, size_t ldx, unsigned R,
+			       __m512 *acc)
+{
+	uint16_t dh;
+	__m512 d, w0, w1;
+
+	memcpy(&dh, b, sizeof(dh));
+	d = _mm512_set1_ps(_cvtsh_ss(dh));
+	w0 = q8_load16(b + 2);
+	w1 = q8_load16(b + 18);
+	for (unsigned r = 0; r < R; r++) {
+		const float *xr = x + r * ldx;
+		__m512 t = _mm512_mul_ps(w0, _mm512_loadu_ps(xr));
+
+		t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), t);
+		acc[r] = _mm512_fmadd_ps(d, t, acc[r]);
+	}
+}
+
+AVX512_INLINE void dots512_q8_body(const void *w, const float *x, size_t ldx, unsigned n,
+				   unsigned R, float *out)
+{
+	const uint8_t *b = w;
+	__m512 a0[4], a1[4];
+	unsigned nb = n / QK, j = 0;
+
+	for (unsigned r = 0; r < R; r++)
+		a0[r] = a1[r] = _mm512_setzero_ps();
+	for (; j + 2 <= nb; j += 2, b += 2 * Q8_SZ) {
+		q8_block512(b, x + j * QK, ldx, R, a0);
+		q8_block512(b + Q8_SZ, x + (j + 1) * QK, ldx, R, a1);
+	}
+	if (j < nb)
+		q8_block512(b, x + j * QK, ldx, R, a0);
+	for (unsigned r = 0; r < R; r++)
+		out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+}
+
+DEF_DOTS(AVX512, dots_f16_avx512, dots512_body(w, wst, x, ldx, n, NN, RR, W_F16, out))
+DEF_DOTS(AVX512, dots_bf16_avx512, dots512_body(w, wst, x, ldx, n, NN, RR, W_BF16, out))
+DEF_DOTS(AVX512, dots_q8_avx512, for (unsigned k = 0; k < NN; k++)
+	 dots512_q8_body((const char *)w + k * wst, x, ldx, n, RR, out + 4 * k))
+#endif
+
+/* The portable dot products: the weight row a chunk at a time into f32,
+ * accumulated in double. Slower, but only for cpus without AVX2. */
+static void dots_scalar(uint32_t type, const void *w, size_t wst, unsigned NW, const float *x,
+			size_t ldx, unsigned n, unsigned R, float *out)
+{
+	float buf[256];
+
+	for (unsigned k = 0; k < NW; k++) {
+		const void *wk = (const char *)w + k * wst;
+		double acc[4] = { 0 };
+
+		for (unsigned i0 = 0; i0 < n; i0 += 256) {
+			unsigned m = n - i0 < 256 ? n - i0 : 256;
+
+			row_to_f32(buf, type, wk, i0, m, 0);
+			for (unsigned r = 0; r < R; r++) {
+				const float *xr = x + r * ldx + i0;
+				double s = 0;
+				for (unsigned i = 0; i < m; i++)
+					s += (double)buf[i] * xr[i];
+				acc[r] += s;
+			}
+		}
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = (float)acc[r];
+	}
+}
+
+/* ---- kvt_matmul ---- */
+
+struct mm_job {
+	float		*y;		/* (rows, n_out) */
+	const float	*x;		/* (rows, n_in) */
+	unsigned	 rows;
+	const struct kvt_mat *w;
+	size_t		 rb;		/* bytes per weight row */
+	unsigned	 blk;		/* weight rows per task */
+	int		 simd;
+	dots_fn		 dots;		/* NULL: dots_scalar */
+	float		*scratch;	/* (threads, blk, n_in): converted weight rows */
+};
+
+static void mm_small_task(void *arg, unsigned task, unsigned thread)
+{
+	const struct mm_job *j = arg;
+	const struct kvt_mat *w = j->w;
+	unsigned o0 = task * j->blk, o1 = o0 + j->blk < w->n_out ? o0 + j->blk : w->n_out;
+
+	for (unsigned o = o0; o < o1; o += 2) {
+		const void *wr = (const char *)w->data + (size_t)o * j->rb;
+		unsigned NW = o + 1 < o1 ? 2 : 1;
+
+		for (unsigned r = 0; r < j->rows; r += 4) {
+			unsigned R = j->rows - r < 4 ? j->rows - r : 4;
+			const float *xr = j->x + (size_t)r * w->n_in;
+			float d[8];
+
+			if (j->dots)
+				j->dots(wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
+			else
+				dots_scalar(w->type, wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
+			for (unsigned k = 0; k < NW; k++)
+				for (unsigned i = 0; i < R; i++)
+					j->y[(size_t)(r + i) * w->n_out + o + k] = d[k * 4 + i];
+		}
+	}
+}
+
+/* One block of blk weight rows: converted into this thread's scratch
+ * (f32 weights are used in place), then y[:, block] = x * block^T by a
+ * single-threaded sgemm. */
+static void mm_gemm_task(void *arg, unsigned task, unsigned thread)
+{
+	const struct mm_job *j = arg;
+	const struct kvt_mat *w = j->w;
+	unsigned o0 = task * j->blk, nb = o0 + j->blk < w->n_out ? j->blk : w->n_out - o0;
+	const float *b;
+
+	if (w->type == W_F32) {
+		b = (const float *)w->data + (size_t)o0 * w->n_in;
+	} else {
+		float *s = j->scratch + (size_t)thread * j->blk * w->n_in;
+		for (unsigned k = 0; k < nb; k++)
+			row_to_f32(s + (size_t)k * w->n_in, w->type,
+				   (const char *)w->data + (size_t)(o0 + k) * j->rb, 0, w->n_in, j->simd);
+		b = s;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->rows, (int)nb, (int)w->n_in,
+		    1.0f, j->x, (int)w->n_in, b, (int)w->n_in, 0.0f, j->y + o0, (int)w->n_out);
+}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_one_thread(void)
+{
+	openblas_set_num_threads(1);
+}
+
+int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
+	       const struct kvt_mat *w)
+{
+	struct mm_job j = { .y = y, .x = x, .rows = rows, .w = w,
+			    .rb = row_bytes(w->type, w->n_in), .simd = kvt_cpu_simd() };
+	unsigned nt = kvt_pool_threads(pool), tasks;
+
+	if (!j.rb && w->n_in)
+		return -EINVAL;
+	if (!rows || !w->n_out)
+		return 0;
+	if (!w->n_in) {
+		memset(y, 0, (size_t)rows * w->n_out * sizeof(float));
+		return 0;
+	}
+	if (rows < (w->type == W_F32 ? SMALL_ROWS_F32 : SMALL_ROWS_CONV)) {
+#ifdef KVT_X86
+		/* F32 stays on AVX2: with nothing to convert it is bound by
+		 * memory either way, and 64-byte loads, which straddle two
+		 * lines unless the data is 64-byte aligned (GGUF promises
+		 * 32), measured 5-10% slower. */
+		if (j.simd >= 2 && w->type != W_F32)
+			j.dots = w->type == W_F16 ? dots_f16_avx512 : w->type == W_BF16 ?
+				 dots_bf16_avx512 : dots_q8_avx512;
+		else if (j.simd)
+			j.dots = w->type == W_F32 ? dots_f32_avx2 : w->type == W_F16 ? dots_f16_avx2 :
+				 w->type == W_BF16 ? dots_bf16_avx2 : dots_q8_avx2;
+#endif
+		/* About four tasks per thread for balance, but each a whole
+		 * number of cache lines of y and worth a task hand-out. */
+		tasks = 4 * nt;
+		if ((size_t)w->n_out * j.rb / SMALL_TASK_MIN < tasks)
+			tasks = (unsigned)((size_t)w->n_out * j.rb / SMALL_TASK_MIN) + 1;
+		j.blk = (w->n_out + tasks - 1) / tasks;
+		j.blk = (j.blk + SMALL_BLK - 1) / SMALL_BLK * SMALL_BLK;
+		kvt_pool_run(pool, mm_small_task, &j, (w->n_out + j.blk - 1) / j.blk);
+		return 0;
+	}
+	pthread_once(&blas_once, blas_one_thread);
+	j.blk = (w->n_out + 2 * nt - 1) / (2 * nt);
+	j.blk = (j.blk + SMALL_BLK - 1) / SMALL_BLK * SMALL_BLK;
+	if (j.blk > GEMM_BLK)
+		j.blk = GEMM_BLK;
+	while (w->type != W_F32 && j.blk > SMALL_BLK && (size_t)j.blk * w->n_in > GEMM_SCRATCH)
+		j.blk -= SMALL_BLK;
+	if (w->type != W_F32) {
+		j.scratch = malloc((size_t)nt * j.blk * w->n_in * sizeof(float));
+		if (!j.scratch)
+			return -ENOMEM;
+	}
+	kvt_pool_run(pool, mm_gemm_task, &j, (w->n_out + j.blk - 1) / j.blk);
+	free(j.scratch);
+	return 0;
+}
+
+/* ---- attention ---- */
+
+static int shape_ok(const struct kvt_attn_shape *sh)
+{
+	return sh->rows && sh->n_head && sh->n_kv_heads && sh->head_dim &&
+	       sh->n_head % sh->n_kv_heads == 0 &&
+	       (sh->kv_type == KVT_KV_F16 || sh->kv_type == KVT_KV_F32);
+}
+
+int kvt_attn_acc_init(struct kvt_attn_acc *a, const struct kvt_attn_shape *sh)
+{
+	size_t nh = (size_t)sh->rows * sh->n_head;
+
+	memset(a, 0, sizeof(*a));
+	if (!shape_ok(sh))
+		return -EINVAL;
+	if (nh > SIZE_MAX / sizeof(float) / (2 + (size_t)sh->head_dim))
+		return -ENOMEM;
+	/* One allocation: m, l, o. */
+	a->m = malloc(nh * (2 + (size_t)sh->head_dim) * sizeof(float));
+	if (!a->m)
+		return -ENOMEM;
+	a->l = a->m + nh;
+	a->o = a->l + nh;
+	a->sh = *sh;
+	kvt_attn_acc_reset(a);
+	return 0;
+}
+
+void kvt_attn_acc_reset(struct kvt_attn_acc *a)
+{
+	size_t nh = (size_t)a->sh.rows * a->sh.n_head;
+
+	for (size_t i = 0; i < nh; i++) {
+		a->m[i] = -INFINITY;
+		a->l[i] = 0;
+	}
+	memset(a->o, 0, nh * a->sh.head_dim * sizeof(float));
+}
+
+void kvt_attn_acc_free(struct kvt_attn_acc *a)
+{
+	free(a->m);
+	free(a->s);
+	memset(a, 0, sizeof(*a));
+}
+
+/* Tokens of a page of ntok tokens at pos0 that a query at qpos sees. */
+static inline unsigned visible(uint32_t qpos, uint32_t pos0, unsigned ntok)
+{
+	if (qpos < pos0)
+		return 0;
+	return qpos - pos0 >= ntok ? ntok : qpos - pos0 + 1;
+}
+
+/*
+ * A page is folded in four query vectors at a time (a "group": up to four
+ * (row, head) pairs that share one KV head), so that each K and V row read
+ * serves four of them:
+ *
+ *   1. S (4, T) = scale * q . K_t for t < T, T the most any of the four
+ *      sees;
+ *   2. per vector, the online softmax step: m' = max(m, max S), c =
+ *      e^(m - m'), S = e^(S - m') where seen and 0 beyond, l = l c + sum S;
+ *   3. o = o c + sum_t S_t V_t.
+ *
+ * A group of fewer than four fills the rest with dummies: the first query
+ * again, writing into a dummy o, with nothing seen.
+ *
+ * K and V are read in place (f16 converted in registers) when a KV head
+ * has one group, as in decode. With more groups (prefill) the page's rows
+ * of that KV head are first gathered into contiguous f32 scratch: in
+ * place, each f16 value would be converted once per group, and the rows,
+ * n_kv_heads * head_dim apart (4 KiB for 8 heads of 128 floats), would
+ * fight over the same L1 sets. The portable kernels always gather.
+ */
+/* Step 3 runs over at most this many tokens per pass over the dims: a
+ * pass touches one line of each token's V row, and rows a power of two
+ * apart (in place, n_kv_heads * head_dim apart) share a few L1 sets. It
+ * costs nothing measurable with K and V in cache; reading them from
+ * memory it was up to 3x faster in some runs, but this machine's memory
+ * timing varies too much between runs to be sure. */
+#define PV_TOK	16
+
+struct attn_group {
+	const float	*q[4];		/* (head_dim) each */
+	float		*o[4];		/* (head_dim) each */
+	float		*m[4], *l[4];
+	unsigned	 nv[4];		/* tokens seen */
+	float		 c[4];		/* rescale of the old o */
+};
+
+struct attn_page {
+	const void	*k, *v;		/* token t's K row: k + t * kst elements */
+	size_t		 kst, vst;
+	int		 f16;		/* k and v hold f16, else f32 */
+	float		*S;		/* (4, sst) scores, then probabilities */
+	size_t		 sst;
+	unsigned	 hd;
+	float		 scale;
+};
+
+/* The portable kernels take f32 K and V only. */
+static void scores4_scalar(const struct attn_page *pg, const struct attn_group *gr, unsigned T)
+{
+	const float *k = pg->k;
+
+	for (unsigned s = 0; s < 4; s++)
+		for (unsigned t = 0; t < T; t++) {
+			float acc = 0;
+			for (unsigned d = 0; d < pg->hd; d++)
+				acc += gr->q[s][d] * k[t * pg->kst + d];
+			pg->S[s * pg->sst + t] = acc * pg->scale;
+		}
+}
+
+static void pv4_scalar(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+		       unsigned T)
+{
+	const float *v = pg->v;
+
+	for (unsigned s = 0; s < 4; s++)
+		for (unsigned d = 0; d < pg->hd; d++) {
+			float acc = gr->o[s][d] * gr->c[s];
+			for (unsigned t = t0; t < T; t++)
+				acc += pg->S[s * pg->sst + t] * v[t * pg->vst + d];
+			gr->o[s][d] = acc;
+		}
+}
+
+#ifdef KVT_X86
+AVX2_INLINE const void *kv_at(const void *p, size_t i, int f16)
+{
+	return f16 ? (const void *)((const uint16_t *)p + i) : (const void *)((const float *)p + i);
+}
+
+AVX2_INLINE __m256 kv_load8(const void *p, int f16)
+{
+	if (f16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_loadu_ps((const float *)p);
+}
+
+AVX2_INLINE float kv_load1(const void *p, size_t i, int f16)
+{
+	return f16 ? _cvtsh_ss(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Step 1 two tokens at a time: eight accumulators, reduced together. */
+AVX2_INLINE void scores4_avx2_body(const struct attn_page *pg, const struct attn_group *gr,
+				   unsigned T, int f16)
+{
+	const float *q0 = gr->q[0], *q1 = gr->q[1], *q2 = gr->q[2], *q3 = gr->q[3];
+	unsigned hd = pg->hd;
+
+	for (unsigned t = 0; t < T; t += 2) {
+		const void *k0 = kv_at(pg->k, t * pg->kst, f16);
+		const void *k1 = t + 1 < T ? kv_at(k0, pg->kst, f16) : k0;
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m256 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+		float r[8];
+		unsigned d = 0;
+
+		for (; d + 8 <= hd; d += 8) {
+			__m256 x0 = kv_load8(kv_at(k0, d, f16), f16), x1 = kv_load8(kv_at(k1, d, f16), f16);
+			__m256 y0 = _mm256_loadu_ps(q0 + d), y1 = _mm256_loadu_ps(q1 + d);
+			__m256 y2 = _mm256_loadu_ps(q2 + d), y3 = _mm256_loadu_ps(q3 + d);
+
+			a0 = _mm256_fmadd_ps(y0, x0, a0);
+			a1 = _mm256_fmadd_ps(y1, x0, a1);
+			a2 = _mm256_fmadd_ps(y2, x0, a2);
+			a3 = _mm256_fmadd_ps(y3, x0, a3);
+			a4 = _mm256_fmadd_ps(y0, x1, a4);
+			a5 = _mm256_fmadd_ps(y1, x1, a5);
+			a6 = _mm256_fmadd_ps(y2, x1, a6);
+			a7 = _mm256_fmadd_ps(y3, x1, a7);
+		}
+		_mm256_storeu_ps(r, hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7));
+		for (; d < hd; d++)
+			for (unsigned s = 0; s < 4; s++) {
+				r[s] += gr->q[s][d] * kv_load1(k0, d, f16);
+				r[4 + s] += gr->q[s][d] * kv_load1(k1, d, f16);
+			}
+		for (unsigned s = 0; s < 4; s++) {
+			pg->S[s * pg->sst + t] = r[s] * pg->scale;
+			if (t + 1 < T)
+				pg->S[s * pg->sst + t + 1] = r[4 + s] * pg->scale;
+		}
+	}
+}
+
+/* Step 3 for tokens t0..T-1, sixteen dims at a time: eight accumulators. */
+AVX2_INLINE void pv4_avx2_body(const struct attn_page *pg, const struct attn_group *gr,
+			       unsigned t0, unsigned T, int f16)
+{
+	const float *S0 = pg->S, *S1 = S0 + pg->sst, *S2 = S1 + pg->sst, *S3 = S2 + pg->sst;
+	__m256 c0 = _mm256_set1_ps(gr->c[0]), c1 = _mm256_set1_ps(gr->c[1]);
+	__m256 c2 = _mm256_set1_ps(gr->c[2]), c3 = _mm256_set1_ps(gr->c[3]);
+	float *const *o = gr->o;
+	unsigned hd = pg->hd, d = 0;
+
+	for (; d + 16 <= hd; d += 16) {
+		__m256 o00 = _mm256_mul_ps(_mm256_loadu_ps(o[0] + d), c0);
+		__m256 o01 = _mm256_mul_ps(_mm256_loadu_ps(o[0] + d + 8), c0);
+		__m256 o10 = _mm256_mul_ps(_mm256_loadu_ps(o[1] + d), c1);
+		__m256 o11 = _mm256_mul_ps(_mm256_loadu_ps(o[1] + d + 8), c1);
+		__m256 o20 = _mm256_mul_ps(_mm256_loadu_ps(o[2] + d), c2);
+		__m256 o21 = _mm256_mul_ps(_mm256_loadu_ps(o[2] + d + 8), c2);
+		__m256 o30 = _mm256_mul_ps(_mm256_loadu_ps(o[3] + d), c3);
+		__m256 o31 = _mm256_mul_ps(_mm256_loadu_ps(o[3] + d + 8), c3);
+
+		for (unsigned t = t0; t < T; t++) {
+			const void *vr = kv_at(pg->v, t * pg->vst + d, f16);
+			__m256 v0 = kv_load8(vr, f16), v1 = kv_load8(kv_at(vr, 8, f16), f16);
+			__m256 p;
+
+			p = _mm256_broadcast_ss(S0 + t);
+			o00 = _mm256_fmadd_ps(p, v0, o00);
+			o01 = _mm256_fmadd_ps(p, v1, o01);
+			p = _mm256_broadcast_ss(S1 + t);
+			o10 = _mm256_fmadd_ps(p, v0, o10);
+			o11 = _mm256_fmadd_ps(p, v1, o11);
+			p = _mm256_broadcast_ss(S2 + t);
+			o20 = _mm256_fmadd_ps(p, v0, o20);
+			o21 = _mm256_fmadd_ps(p, v1, o21);
+			p = _mm256_broadcast_ss(S3 + t);
+			o30 = _mm256_fmadd_ps(p, v0, o30);
+			o31 = _mm256_fmadd_ps(p, v1, o31);
+		}
+		_mm256_storeu_ps(o[3] + d, o30);
+		_mm256_storeu_ps(o[3] + d + 8, o31);
+		_mm256_storeu_ps(o[2] + d, o20);
+		_mm256_storeu_ps(o[2] + d + 8, o21);
+		_mm256_storeu_ps(o[1] + d, o10);
+		_mm256_storeu_ps(o[1] + d + 8, o11);
+		_mm256_storeu_ps(o[0] + d, o00);
+		_mm256_storeu_ps(o[0] + d + 8, o01);
+	}
+	for (; d + 8 <= hd; d += 8) {
+		__m256 o0 = _mm256_mul_ps(_mm256_loadu_ps(o[0] + d), c0);
+		__m256 o1 = _mm256_mul_ps(_mm256_loadu_ps(o[1] + d), c1);
+		__m256 o2 = _mm256_mul_ps(_mm256_loadu_ps(o[2] + d), c2);
+		__m256 o3 = _mm256_mul_ps(_mm256_loadu_ps(o[3] + d), c3);
+
+		for (unsigned t = t0; t < T; t++) {
+			__m256 v0 = kv_load8(kv_at(pg->v, t * pg->vst + d, f16), f16);
+			o0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S0 + t), v0, o0);
+			o1 = _mm256_fmadd_ps(_mm256_broadcast_ss(S1 + t), v0, o1);
+			o2 = _mm256_fmadd_ps(_mm256_broadcast_ss(S2 + t), v0, o2);
+			o3 = _mm256_fmadd_ps(_mm256_broadcast_ss(S3 + t), v0, o3);
+		}
+		_mm256_storeu_ps(o[3] + d, o3);
+		_mm256_storeu_ps(o[2] + d, o2);
+		_mm256_storeu_ps(o[1] + d, o1);
+		_mm256_storeu_ps(o[0] + d, o0);
+	}
+	for (; d < hd; d++)
+		for (unsigned s = 4; s-- > 0;) {
+			float acc = o[s][d] * gr->c[s];
+			for (unsigned t = t0; t < T; t++)
+				acc += pg->S[s * pg->sst + t] * kv_load1(pg->v, t * pg->vst + d, f16);
+			o[s][d] = acc;
+		}
+}
+
+AVX2 static void scores4_avx2(const struct attn_page *pg, const struct attn_group *gr, unsigned T)
+{
+	if (pg->f16)
+		scores4_avx2_body(pg, gr, T, 1);
+	else
+		scores4_avx2_body(pg, gr, T, 0);
+}
+
+AVX2 static void pv4_avx2(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+		       unsigned T)
+{
+	if (pg->f16)
+		pv4_avx2_body(pg, gr, t0, T, 1);
+	else
+		pv4_avx2_body(pg, gr, t0, T, 0);
+}
+
+/* The AVX-512 kernels, for head_dim a multiple of 16 (all the usual
+ * ones): the same steps on twice the lanes. */
+AVX512_INLINE __m512 kv_load16(const void *p, int f16)
+{
+	if (f16)
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+	return _mm512_loadu_ps((const float *)p);
+}
+
+AVX512_INLINE __m256 fold16(__m512 a)
+{
+	return _mm256_add_ps(_mm512_castps512_ps256(a),
+			     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+AVX512_INLINE void scores4_avx512_body(const struct attn_page *pg, const struct attn_group *gr,
+				       unsigned T, int f16)
+{
+	const float *q0 = gr->q[0], *q1 = gr->q[1], *q2 = gr->q[2], *q3 = gr->q[3];
+	unsigned hd = pg->hd;
+
+	for (unsigned t = 0; t < T; t += 2) {
+		const void *k0 = kv_at(pg->k, t * pg->kst, f16);
+		const void *k1 = t + 1 < T ? kv_at(k0, pg->kst, f16) : k0;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m512 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+		float r[8];
+
+		for (unsigned d = 0; d < hd; d += 16) {
+			__m512 x0 = kv_load16(kv_at(k0, d, f16), f16);
+			__m512 x1 = kv_load16(kv_at(k1, d, f16), f16);
+			__m512 y0 = _mm512_loadu_ps(q0 + d), y1 = _mm512_loadu_ps(q1 + d);
+			__m512 y2 = _mm512_loadu_ps(q2 + d), y3 = _mm512_loadu_ps(q3 + d);
+
+			a0 = _mm512_fmadd_ps(y0, x0, a0);
+			a1 = _mm512_fmadd_ps(y1, x0, a1);
+			a2 = _mm512_fmadd_ps(y2, x0, a2);
+			a3 = _mm512_fmadd_ps(y3, x0, a3);
+			a4 = _mm512_fmadd_ps(y0, x1, a4);
+			a5 = _mm512_fmadd_ps(y1, x1, a5);
+			a6 = _mm512_fmadd_ps(y2, x1, a6);
+			a7 = _mm512_fmadd_ps(y3, x1, a7);
+		}
+		_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(fold16(a0), fold16(a1), fold16(a2),
+							  fold16(a3), fold16(a4), fold16(a5),
+							  fold16(a6), fold16(a7)),
+						  _mm256_set1_ps(pg->scale)));
+		for (unsigned s = 0; s < 4; s++) {
+			pg->S[s * pg->sst + t] = r[s];
+			if (t + 1 < T)
+				pg->S[s * pg->sst + t + 1] = r[4 + s];
+		}
+	}
+}
+
+AVX512_INLINE void pv4_avx512_body(const struct attn_page *pg, const struct attn_group *gr,
+				   unsigned t0, unsigned T, int f16)
+{
+	const float *S0 = pg->S, *S1 = S0 + pg->sst, *S2 = S1 + pg->sst, *S3 = S2 + pg->sst;
+	__m512 c0 = _mm512_set1_ps(gr->c[0]), c1 = _mm512_set1_ps(gr->c[1]);
+	__m512 c2 = _mm512_set1_ps(gr->c[2]), c3 = _mm512_set1_ps(gr->c[3]);
+	float *const *o = gr->o;
+	unsigned hd = pg->hd, d = 0;
+
+	for (; d + 32 <= hd; d += 32) {
+		__m512 o00 = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d), c0);
+		__m512 o01 = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d + 16), c0);
+		__m512 o10 = _mm512_mul_ps(_mm512_loadu_ps(o[1] + d), c1);
+		__m512 o11 = _mm512_mul_ps(_mm512_loadu_ps(o[1] + d + 16), c1);
+		__m512 o20 = _mm512_mul_ps(_mm512_loadu_ps(o[2] + d), c2);
+		__m512 o21 = _mm512_mul_ps(_mm512_loadu_ps(o[2] + d + 16), c2);
+		__m512 o30 = _mm512_mul_ps(_mm512_loadu_ps(o[3] + d), c3);
+		__m512 o31 = _mm512_mul_ps(_mm512_loadu_ps(o[3] + d + 16), c3);
+
+		for (unsigned t = t0; t < T; t++) {
+			const void *vr = kv_at(pg->v, t * pg->vst + d, f16);
+			__m512 v0 = kv_load16(vr, f16), v1 = kv_load16(kv_at(vr, 16, f16), f16);
+			__m512 p;
+
+			p = _mm512_set1_ps(S0[t]);
+			o00 = _mm512_fmadd_ps(p, v0, o00);
+			o01 = _mm512_fmadd_ps(p, v1, o01);
+			p = _mm512_set1_ps(S1[t]);
+			o10 = _mm512_fmadd_ps(p, v0, o10);
+			o11 = _mm512_fmadd_ps(p, v1, o11);
+			p = _mm512_set1_ps(S2[t]);
+			o20 = _mm512_fmadd_ps(p, v0, o20);
+			o21 = _mm512_fmadd_ps(p, v1, o21);
+			p = _mm512_set1_ps(S3[t]);
+			o30 = _mm512_fmadd_ps(p, v0, o30);
+			o31 = _mm512_fmadd_ps(p, v1, o31);
+		}
+		_mm512_storeu_ps(o[3] + d, o30);
+		_mm512_storeu_ps(o[3] + d + 16, o31);
+		_mm512_storeu_ps(o[2] + d, o20);
+		_mm512_storeu_ps(o[2] + d + 16, o21);
+		_mm512_storeu_ps(o[1] + d, o10);
+		_mm512_storeu_ps(o[1] + d + 16, o11);
+		_mm512_storeu_ps(o[0] + d, o00);
+		_mm512_storeu_ps(o[0] + d + 16, o01);
+	}
+	if (d < hd) {			/* 16 left */
+		__m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d), c0);
+		__m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o[1] + d), c1);
+		__m512 o2 = _mm512_mul_ps(_mm512_loadu_ps(o[2] + d), c2);
+		__m512 o3 = _mm512_mul_ps(_mm512_loadu_ps(o[3] + d), c3);
+
+		for (unsigned t = t0; t < T; t++) {
+			__m512 v0 = kv_load16(kv_at(pg->v, t * pg->vst + d, f16), f16);
+			o0 = _mm512_fmadd_ps(_mm512_set1_ps(S0[t]), v0, o0);
+			o1 = _mm512_fmadd_ps(_mm512_set1_ps(S1[t]), v0, o1);
+			o2 = _mm512_fmadd_ps(_mm512_set1_ps(S2[t]), v0, o2);
+			o3 = _mm512_fmadd_ps(_mm512_set1_ps(S3[t]), v0, o3);
+		}
+		_mm512_storeu_ps(o[3] + d, o3);
+		_mm512_storeu_ps(o[2] + d, o2);
+		_mm512_storeu_ps(o[1] + d, o1);
+		_mm512_storeu_ps(o[0] + d, o0);
+	}
+}
+
+AVX512 static void scores4_avx512(const struct attn_page *pg, const struct attn_group *gr,
+				  unsigned T)
+{
+	if (pg->f16)
+		scores4_avx512_body(pg, gr, T, 1);
+	else
+		scores4_avx512_body(pg, gr, T, 0);
+}
+
+AVX512 static void pv4_avx512(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+		       unsigned T)
+{
+	if (pg->f16)
+		pv4_avx512_body(pg, gr, t0, T, 1);
+	else
+		pv4_avx512_body(pg, gr, t0, T, 0);
+}
+
+/* S[0..nv) = e^(S - m), returning their sum. */
+AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
+{
+	__m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+	unsigned t = 0;
+	float sum;
+
+	for (; t + 8 <= nv; t += 8) {
+		__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(S + t), mv));
+		_mm256_storeu_ps(S + t, e);
+		acc = _mm256_add_ps(acc, e);
+	}
+	sum = hsum8(acc);
+	for (; t < nv; t++) {
+		S[t] = expf(S[t] - m);
+		sum += S[t];
+	}
+	return sum;
+}
+#endif
+
+/* Step 2 for slot s of a group; T is the group's token count. */
+static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsigned s,
+			 unsigned T, int simd)
+{
+	float *S = pg->S + s * pg->sst, mx = -INFINITY, m_old = *gr->m[s], m, sum = 0;
+	unsigned nv = gr->nv[s];
+
+	if (!nv) {
+		gr->c[s] = 1;
+		memset(S, 0, T * sizeof(float));
+		return;
+	}
+	for (unsigned t = 0; t < nv; t++)
+		mx = S[t] > mx ? S[t] : mx;
+	m = mx > m_old ? mx : m_old;
+	gr->c[s] = m_old == -INFINITY ? 0 : expf(m_old - m);
+#ifdef KVT_X86
+	if (simd)
+		sum = exp_sum_avx2(S, nv, m);
+	else
+#endif
+		for (unsigned t = 0; t < nv; t++) {
+			S[t] = expf(S[t] - m);
+			sum += S[t];
+		}
+	if (nv < T)
+		memset(S + nv, 0, (T - nv) * sizeof(float));
+	*gr->l[s] = *gr->l[s] * gr->c[s] + sum;
+	*gr->m[s] = m;
+}
+
+/* The kernels for one page, picked once per call. */
+struct attn_kernels {
+	void (*scores4)(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
+	void (*pv4)(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+		    unsigned T);
+	int simd;
+};
+
+static void attend_group(const struct attn_page *pg, struct attn_group *gr,
+			 const struct attn_kernels *kn)
+{
+	unsigned T = 0;
+
+	for (unsigned s = 0; s < 4; s++)
+		T = gr->nv[s] > T ? gr->nv[s] : T;
+	if (!T)
+		return;
+	kn->scores4(pg, gr, T);
+	for (unsigned s = 0; s < 4; s++)
+		softmax_step(pg, gr, s, T, kn->simd);
+	for (unsigned t0 = 0; t0 < T; t0 += PV_TOK) {
+		kn->pv4(pg, gr, t0, t0 + PV_TOK < T ? t0 + PV_TOK : T);
+		gr->c[0] = gr->c[1] = gr->c[2] = gr->c[3] = 1;
+	}
+}
+
+/*
+ * Scratch in a->s, in floats: a dummy o, m and l (hd + 2), the scores
+ * (4, ntok), and when K and V are gathered (see above) one KV head's K and
+ * V rows of the page (2, nmax, hd), nmax the most tokens any row sees.
+ */
+int kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
+		  const void *k, const void *v, unsigned ntok, uint32_t pos0)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G, nmax = 0;
+	size_t need, kvst = (size_t)sh->n_kv_heads * hd;
+	struct attn_page pg = { .sst = ntok, .hd = hd, .scale = sh->scale };
+	struct attn_kernels kn = { scores4_scalar, pv4_scalar, kvt_cpu_simd() };
+	int gather = 1;
+	float *dummy;
+
+#ifdef KVT_X86
+	if (kn.simd >= 2 && hd % 16 == 0) {
+		kn.scores4 = scores4_avx512;
+		kn.pv4 = pv4_avx512;
+	} else if (kn.simd) {
+		kn.scores4 = scores4_avx2;
+		kn.pv4 = pv4_avx2;
+	}
+	if (kn.simd && nq <= 4)
+		gather = 0;
+#endif
+	for (unsigned r = 0; r < sh->rows; r++) {
+		unsigned nv = visible(qpos[r], pos0, ntok);
+		nmax = nv > nmax ? nv : nmax;
+	}
+	if (!nmax)
+		return 0;
+	need = hd + 2 + 4 * (size_t)ntok;
+	if (gather)
+		need += 2 * (size_t)nmax * hd;
+	if (need > a->s_cap) {
+		float *s = realloc(a->s, need * sizeof(float));
+		if (!s)
+			return -ENOMEM;
+		a->s = s;
+		a->s_cap = need;
+	}
+	dummy = a->s;
+	memset(dummy, 0, (hd + 2) * sizeof(float));
+	pg.S = dummy + hd + 2;
+
+	for (unsigned g = 0; g < sh->n_kv_heads; g++) {
+		if (gather) {
+			float *kf = pg.S + 4 * (size_t)ntok, *vf = kf + (size_t)nmax * hd;
+
+			for (unsigned t = 0; t < nmax; t++) {
+				size_t src = t * kvst + g * hd, dst = (size_t)t * hd;
+
+				if (sh->kv_type == KVT_KV_F16) {
+					kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
+					kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
+				} else {
+					memcpy(kf + dst, (const float *)k + src, hd * sizeof(float));
+					memcpy(vf + dst, (const float *)v + src, hd * sizeof(float));
+				}
+			}
+			pg.k = kf;
+			pg.v = vf;
+			pg.kst = pg.vst = hd;
+			pg.f16 = 0;
+		} else if (sh->kv_type == KVT_KV_F16) {
+			pg.k = (const uint16_t *)k + g * hd;
+			pg.v = (const uint16_t *)v + g * hd;
+			pg.kst = pg.vst = kvst;
+			pg.f16 = 1;
+		} else {
+			pg.k = (const float *)k + g * hd;
+			pg.v = (const float *)v + g * hd;
+			pg.kst = pg.vst = kvst;
+			pg.f16 = 0;
+		}
+		/* Query vector i of this KV head: row i / G, head g G + i % G. */
+		for (unsigned i0 = 0; i0 < nq; i0 += 4) {
+			struct attn_group gr;
+
+			for (unsigned s = 0; s < 4; s++) {
+				unsigned i = i0 + s, r = i / G;
+				size_t rh = (size_t)r * sh->n_head + g * G + i % G;
+
+				if (i >= nq) {
+					gr.q[s] = gr.q[0];
+					gr.o[s] = dummy;
+					gr.m[s] = dummy + hd;
+					gr.l[s] = dummy + hd + 1;
+					gr.nv[s] = 0;
+					continue;
+				}
+				gr.q[s] = q + rh * hd;
+				gr.o[s] = a->o + rh * hd;
+				gr.m[s] = a->m + rh;
+				gr.l[s] = a->l + rh;
+				gr.nv[s] = visible(qpos[r], pos0, ntok);
+			}
+			attend_group(&pg, &gr, &kn);
+		}
+	}
+	return 0;
+}
+
+void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src)
+{
+	size_t nh = (size_t)dst->sh.rows * dst->sh.n_head;
+	unsigned hd = dst->sh.head_dim;
+
+	for (size_t i = 0; i < nh; i++) {
+		float sm = src->m[i], dm = dst->m[i], m, cd, cs;
+		float *o = dst->o + i * hd;
+		const float *so = src->o + i * hd;
+
+		if (sm == -INFINITY)
+			continue;
+		if (dm == -INFINITY) {
+			dst->m[i] = sm;
+			dst->l[i] = src->l[i];
+			memcpy(o, so, hd * sizeof(float));
+			continue;
+		}
+		m = sm > dm ? sm : dm;
+		cd = expf(dm - m);
+		cs = expf(sm - m);
+		dst->m[i] = m;
+		dst->l[i] = dst->l[i] * cd + src->l[i] * cs;
+		for (unsigned d = 0; d < hd; d++)
+			o[d] = o[d] * cd + so[d] * cs;
+	}
+}
+
+void kvt_attn_finish(const struct kvt_attn_acc *a, float *out)
+{
+	size_t nh = (size_t)a->sh.rows * a->sh.n_head;
+	unsigned hd = a->sh.head_dim;
+
+	for (size_t i = 0; i < nh; i++) {
+		float inv = a->l[i] > 0 ? 1.0f / a->l[i] : 0;
+		for (unsigned d = 0; d < hd; d++)
+			out[i * hd + d] = a->o[i * hd + d] * inv;
+	}
+}
+
+static inline float kv_val(const void *p, int type, size_t i)
+{
+	return type == KVT_KV_F16 ? h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+int kvt_attn_dense(const struct kvt_attn_shape *sh, float *out, const float *q,
+		   const uint32_t *qpos, const void *k, const void *v, unsigned n_ctx)
+{
+	unsigned G, hd = sh->head_dim;
+	size_t kvst = (size_t)sh->n_kv_heads * hd;
+	double *s, *acc;
+
+	if (!shape_ok(sh))
+		return -EINVAL;
+	G = sh->n_head / sh->n_kv_heads;
+	s = malloc(((size_t)n_ctx + hd + 1) * sizeof(double));
+	if (!s)
+		return -ENOMEM;
+	acc = s + n_ctx;
+	for (unsigned r = 0; r < sh->rows; r++)
+		for (unsigned h = 0; h < sh->n_head; h++) {
+			const float *qv = q + ((size_t)r * sh->n_head + h) * hd;
+			float *ov = out + ((size_t)r * sh->n_head + h) * hd;
+			size_t kh = (size_t)(h / G) * hd;
+			unsigned n = qpos[r] >= n_ctx ? n_ctx : qpos[r] + 1;
+			double mx = -INFINITY, sum = 0;
+
+			for (unsigned t = 0; t < n; t++) {
+				double d = 0;
+				for (unsigned i = 0; i < hd; i++)
+					d += (double)qv[i] * kv_val(k, sh->kv_type, t * kvst + kh + i);
+				s[t] = d * sh->scale;
+				mx = s[t] > mx ? s[t] : mx;
+			}
+			memset(acc, 0, hd * sizeof(double));
+			for (unsigned t = 0; t < n; t++) {
+				double p = exp(s[t] - mx);
+				sum += p;
+				for (unsigned i = 0; i < hd; i++)
+					acc[i] += p * kv_val(v, sh->kv_type, t * kvst + kh + i);
+			}
+			for (unsigned i = 0; i < hd; i++)
+				ov[i] = n ? (float)(acc[i] / sum) : 0.0f;
+		}
+	free(s);
+	return 0;
+}

@@ -1,0 +1,960 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cpu kernels (kernels/cpu/kernels.h) against naive references written
+ * here, once per code path the cpu has (AVX-512, AVX2, portable C, chosen
+ * with kvt_cpu_set_simd_max):
+ *
+ *   pool       every task of every run exactly once, on a valid thread,
+ *              for 1..4 threads (more than the cpus too), runs back to
+ *              back and after sleeps (the futex path);
+ *   f16        all 65536 halves to f32 and back; f32 to f16 against a
+ *              rounding done here by search over the half values, for
+ *              every exponent, ties, overflow, subnormals, NaN;
+ *   rmsnorm, rope (vs the formula, in double), swiglu;
+ *   mat_row    bit-exact dequantisation for F32, F16, BF16, Q8_0;
+ *   matmul     every weight type, rows through the dot-product path and
+ *              the sgemm path, widths that are not multiples of the
+ *              vector width, pools of 1..3 threads and none. Bound:
+ *              |y - y_ref| <= n_in * 2^-23 * sum_i |x_i w_i|, twice the
+ *              worst case of any float summation order;
+ *   attention  pages of random split, folded in random order into 1..3
+ *              accumulators then merged, against kvt_attn_dense and a
+ *              dense reference written here; f16 and f32 KV, GQA and MHA,
+ *              one row and many (causal, with rows that see nothing of a
+ *              page, or of anything). Bound: per (row, head), max |out -
+ *              ref| <= 1e-5 * max |ref|.
+ *
+ * Then speed lines, printed and not checked: pool overhead, matvec GB/s of
+ * weight bytes against a plain read of the same bytes, sgemm GFLOP/s,
+ * decode attention. KVT_TEST_SCALE shrinks them (sanitizer builds).
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "kernels/cpu/kernels.h"
+#include "runtime/gguf.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static unsigned rndn(unsigned n)
+{
+	return rnd32() % n;
+}
+
+/* Uniform in [-1, 1). */
+static float rndf(void)
+{
+	return (float)((double)rnd32() / 2147483648.0 - 1.0);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static float f32_of(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t bits_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	CHECK(p);
+	return p;
+}
+
+/* ---- references ---- */
+
+/* A finite half's value from its definition. */
+static double half_value(uint16_t h)
+{
+	int e = h >> 10 & 0x1f, m = h & 0x3ff;
+	double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+	return h & 0x8000 ? -v : v;
+}
+
+/* Nearest half to x (ties to even mantissa), by bisection over the
+ * positive finite halves, whose bit patterns are ordered like their
+ * values. 65536 stands for the value one step above the largest half, so
+ * rounding to it gives inf. */
+static uint16_t ref_f2h(float x)
+{
+	uint32_t b = bits_of(x);
+	uint16_t sign = b >> 16 & 0x8000, lo = 0, hi = 0x7bff, mid;
+	double a = fabs((double)x), vlo, vhi;
+
+	if (isnan(x))
+		return sign | 0x7e00 | (b >> 13 & 0x3ff);
+	if (a >= 65520.0)
+		return sign | 0x7c00;
+	while (lo < hi) {	/* largest h with value <= a */
+		mid = (uint16_t)((lo + hi + 1) / 2);
+		if (half_value(mid) <= a)
+			lo = mid;
+		else
+			hi = (uint16_t)(mid - 1);
+	}
+	vlo = half_value(lo);
+	vhi = lo == 0x7bff ? 65536.0 : half_value((uint16_t)(lo + 1));
+	if (a - vlo < vhi - a || (a - vlo == vhi - a && !(lo & 1)))
+		return sign | lo;
+	return sign | (uint16_t)(lo + 1);
+}
+
+/* Weight value i of row o, from the type's definition. */
+static double ref_w(const struct kvt_mat *w, unsigned o, unsigned i)
+{
+	const uint8_t *row;
+	uint16_t h;
+
+	switch (w->type) {
+	case KVT_GGML_F32:
+		return ((const float *)w->data)[(size_t)o * w->n_in + i];
+	case KVT_GGML_F16:
+		return half_value(((const uint16_t *)w->data)[(size_t)o * w->n_in + i]);
+	case KVT_GGML_BF16:
+		return f32_of((uint32_t)((const uint16_t *)w->data)[(size_t)o * w->n_in + i] << 16);
+	case KVT_GGML_Q8_0:
+		row = (const uint8_t *)w->data + (size_t)o * (w->n_in / 32 * 34);
+		row += i / 32 * 34;
+		memcpy(&h, row, 2);
+		return (double)(float)((float)half_value(h) * (float)(int8_t)row[2 + i % 32]);
+	}
+	CHECK(0);
+	return 0;
+}
+
+static size_t mat_bytes(uint32_t type, unsigned n_in, unsigned n_out)
+{
+	switch (type) {
+	case KVT_GGML_F32:
+		return (size_t)n_out * n_in * 4;
+	case KVT_GGML_F16:
+	case KVT_GGML_BF16:
+		return (size_t)n_out * n_in * 2;
+	default:
+		return (size_t)n_out * (n_in / 32) * 34;
+	}
+}
+
+/* Random weights of magnitude about 1; Q8_0 scales about 1/64. */
+static void *rand_weights(uint32_t type, unsigned n_in, unsigned n_out)
+{
+	size_t bytes = mat_bytes(type, n_in, n_out), n = (size_t)n_in * n_out;
+	uint8_t *p = xmalloc(bytes);
+
+	switch (type) {
+	case KVT_GGML_F32:
+		for (size_t i = 0; i < n; i++)
+			((float *)p)[i] = rndf();
+		break;
+	case KVT_GGML_F16:
+		/* kvt_f32_to_f16: checked against ref_f2h by test_f16, and
+		 * much faster for the speed lines' 16 M values. */
+		for (size_t i = 0; i < n; i++) {
+			float f = rndf();
+			kvt_f32_to_f16((uint16_t *)p + i, &f, 1);
+		}
+		break;
+	case KVT_GGML_BF16:
+		for (size_t i = 0; i < n; i++)
+			((uint16_t *)p)[i] = (uint16_t)(bits_of(rndf()) >> 16);
+		break;
+	default:
+		for (size_t b = 0; b < bytes; b += 34) {
+			uint16_t d = ref_f2h((0.5f + (float)rndn(1000) / 1000.0f) / 64.0f);
+			memcpy(p + b, &d, 2);
+			for (int k = 0; k < 32; k++)
+				p[b + 2 + k] = (uint8_t)(rnd32() & 0xff);
+		}
+	}
+	return p;
+}
+
+/* ---- pool ---- */
+
+struct pool_chk {
+	unsigned *count;	/* (n_tasks) atomic */
+	unsigned n_threads;
+	unsigned bad;		/* atomic: tasks on a thread id out of range */
+	unsigned *per_thread;	/* (n_threads) plain: only thread t writes slot t */
+};
+
+static void count_task(void *arg, unsigned task, unsigned thread)
+{
+	struct pool_chk *c = arg;
+
+	__atomic_fetch_add(&c->count[task], 1, __ATOMIC_RELAXED);
+	if (thread >= c->n_threads)
+		__atomic_fetch_add(&c->bad, 1, __ATOMIC_RELAXED);
+	else
+		c->per_thread[thread]++;
+}
+
+static void nop_task(void *arg, unsigned task, unsigned thread)
+{
+}
+
+static void test_pool(void)
+{
+	unsigned *count = xmalloc(4096 * sizeof(unsigned)), per[8];
+
+	for (unsigned nt = 1; nt <= 4; nt++) {
+		struct kvt_pool *p;
+		struct pool_chk c = { .count = count, .n_threads = nt, .per_thread = per };
+		unsigned runs = t_scale(4000), total = 0, sum = 0;
+
+		CHECK_EQ(kvt_pool_new(nt, &p), 0);
+		CHECK_EQ(kvt_pool_threads(p), nt);
+		memset(per, 0, sizeof(per));
+		for (unsigned r = 0; r < runs; r++) {
+			/* Mostly short runs (the decode loop's), now and then a
+			 * long one, a few empty or single. */
+			unsigned n = r % 97 == 0 ? 4096 : r % 13 == 0 ? rndn(3) : 1 + rndn(64);
+
+			memset(count, 0, n * sizeof(unsigned));
+			kvt_pool_run(p, count_task, &c, n);
+			for (unsigned i = 0; i < n; i++)
+				CHECK_EQ(count[i], 1);
+			total += n;
+			/* A pause longer than the spin now and then: workers
+			 * go to sleep and must be woken. */
+			if (r % 500 == 499)
+				usleep(300);
+		}
+		CHECK_EQ(c.bad, 0);
+		for (unsigned t = 0; t < nt; t++)
+			sum += per[t];
+		CHECK_EQ(sum, total);
+		kvt_pool_free(p);
+	}
+	/* NULL pool: everything on the caller, as thread 0. */
+	{
+		struct pool_chk c = { .count = count, .n_threads = 1, .per_thread = per };
+		memset(count, 0, 10 * sizeof(unsigned));
+		kvt_pool_run(NULL, count_task, &c, 10);
+		for (unsigned i = 0; i < 10; i++)
+			CHECK_EQ(count[i], 1);
+		CHECK_EQ(c.bad, 0);
+		CHECK_EQ(kvt_pool_threads(NULL), 1);
+	}
+	/* A pool made and freed at once, workers never used. */
+	{
+		struct kvt_pool *p;
+		CHECK_EQ(kvt_pool_new(0, &p), 0);
+		CHECK(kvt_pool_threads(p) >= 1);
+		kvt_pool_free(p);
+		kvt_pool_free(NULL);
+	}
+	free(count);
+	fprintf(stderr, "pool: ok\n");
+}
+
+/* Pool overhead per run: back to back (workers spinning), and after an
+ * idle pause (workers asleep: the cost of waking them). */
+static void bench_pool(void)
+{
+	for (unsigned nt = 1; nt <= 2; nt++) {
+		struct kvt_pool *p;
+		unsigned n = t_scale(200000), m = t_scale(400);
+		double t0, best = 1e9, wake = 0;
+
+		CHECK_EQ(kvt_pool_new(nt, &p), 0);
+		for (int rep = 0; rep < 3; rep++) {
+			t0 = now();
+			for (unsigned i = 0; i < n; i++)
+				kvt_pool_run(p, nop_task, NULL, nt);
+			best = fmin(best, (now() - t0) / n);
+		}
+		for (unsigned i = 0; i < m; i++) {
+			usleep(500);
+			t0 = now();
+			kvt_pool_run(p, nop_task, NULL, nt);
+			wake += now() - t0;
+		}
+		fprintf(stderr, "speed: pool %u thread%s: %.3f us per empty run back to back, "
+			"%.1f us after 0.5 ms idle\n", nt, nt > 1 ? "s" : "", best * 1e6, wake / m * 1e6);
+		kvt_pool_free(p);
+	}
+}
+
+/* ---- f16 ---- */
+
+static void test_f16(void)
+{
+	uint16_t *h = xmalloc(65536 * 2), *back = xmalloc(65536 * 2);
+	float *f = xmalloc(65536 * 4);
+	enum { NF = 200003 };
+	float *xs = xmalloc(NF * sizeof(float));
+	uint16_t *hs = xmalloc(NF * 2);
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < 65536; i++)
+		h[i] = (uint16_t)i;
+	kvt_f16_to_f32(f, h, 65536);
+	kvt_f32_to_f16(back, f, 65536);
+	for (unsigned i = 0; i < 65536; i++) {
+		unsigned e = i >> 10 & 0x1f, m = i & 0x3ff;
+		if (e == 0x1f && m) {
+			/* NaN: sign and payload kept, made quiet. */
+			CHECK(isnan(f[i]));
+			CHECK_EQ(bits_of(f[i]), (uint32_t)(i & 0x8000) << 16 | 0x7fc00000 | m << 13);
+			CHECK_EQ(back[i], i | 0x200);
+			continue;
+		}
+		if (e == 0x1f)
+			CHECK(isinf(f[i]) && (f[i] < 0) == !!(i & 0x8000));
+		else
+			CHECK((double)f[i] == half_value((uint16_t)i) && !!signbit(f[i]) == !!(i & 0x8000));
+		CHECK_EQ(back[i], i);
+	}
+
+	/* f32 -> f16: edge cases, then every exponent with random
+	 * mantissas, and the exact midpoints between neighbouring halves. */
+	const float edge[] = { 0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f,
+			       INFINITY, -INFINITY, 0x1p-24f, 0x1p-25f, 0x1.000002p-25f,
+			       0x1.8p-24f, 0x1p-26f, 0x1p-14f, 0x1.ff8p-15f, FLT_MIN, FLT_TRUE_MIN,
+			       1.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-23f, 1.0f + 3 * 0x1p-11f,
+			       2049.0f, 2051.0f, -65519.0f };
+	for (unsigned i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
+		xs[n++] = edge[i];
+	xs[n++] = f32_of(0x7f800001);	/* signalling NaN */
+	xs[n++] = f32_of(0xffc12345);
+	while (n < NF / 2) {
+		uint32_t e = rndn(256), m = rnd32() & 0x7fffff;
+		xs[n++] = f32_of((rnd32() & 0x80000000u) | e << 23 | m);
+	}
+	while (n < NF) {
+		uint16_t a = (uint16_t)rndn(0x7bff);
+		xs[n++] = (float)((half_value(a) + half_value((uint16_t)(a + 1))) / 2) *
+			  (rnd32() & 1 ? -1.0f : 1.0f);
+	}
+	kvt_f32_to_f16(hs, xs, NF);	/* NF is odd: the vector loop and a tail */
+	for (unsigned i = 0; i < NF; i++)
+		if (hs[i] != ref_f2h(xs[i])) {
+			fprintf(stderr, "f32_to_f16(%a = 0x%08x) = 0x%04x, expected 0x%04x\n",
+				xs[i], bits_of(xs[i]), hs[i], ref_f2h(xs[i]));
+			exit(1);
+		}
+	free(h);
+	free(back);
+	free(f);
+	free(xs);
+	free(hs);
+}
+
+/* ---- rmsnorm, rope, swiglu ---- */
+
+static void test_elementwise(void)
+{
+	const unsigned ns[] = { 1, 7, 8, 33, 4099 };
+
+	for (unsigned c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+		unsigned n = ns[c];
+		float *x = xmalloc(n * 4), *w = xmalloc(n * 4), *out = xmalloc(n * 4);
+		float *g = xmalloc(n * 4), *u = xmalloc(n * 4);
+		double ss = 0, r;
+
+		for (unsigned i = 0; i < n; i++) {
+			x[i] = rndf() * 3;
+			w[i] = rndf() + 1.5f;
+			ss += (double)x[i] * x[i];
+		}
+		r = 1.0 / sqrt(ss / n + 1e-5);
+		kvt_rmsnorm(out, x, w, n, 1e-5f);
+		for (unsigned i = 0; i < n; i++) {
+			double ref = x[i] * r * w[i];
+			CHECK(fabs(out[i] - ref) <= 1e-6 * fabs(ref) + 1e-30);
+		}
+		kvt_rmsnorm(x, x, w, n, 1e-5f);	/* in place */
+		CHECK(!memcmp(x, out, n * 4));
+
+		for (unsigned i = 0; i < n; i++) {
+			/* Mostly moderate, some far out where e^-g overflows. */
+			g[i] = i % 17 == 3 ? rndf() * 200 : rndf() * 12;
+			u[i] = rndf();
+			x[i] = g[i];
+		}
+		kvt_swiglu(g, u, n);
+		for (unsigned i = 0; i < n; i++) {
+			double ref = x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+			CHECK(fabs(g[i] - ref) <= 1e-6 * fabs(ref) + 1e-30);
+		}
+		free(x);
+		free(w);
+		free(out);
+		free(g);
+		free(u);
+	}
+
+	/* RoPE against the formula, in double. */
+	const struct { unsigned heads, hd, rd; uint32_t pos; float theta, fs; } rc[] = {
+		{ 3, 64, 64, 0, 10000, 1 }, { 3, 64, 64, 1, 10000, 1 }, { 2, 128, 128, 17, 10000, 1 },
+		{ 4, 64, 32, 1234, 10000, 1 }, { 1, 128, 128, 100000, 500000, 1 },
+		{ 2, 80, 80, 4097, 1000000, 0.25f }, { 1, 6, 6, 3, 10000, 1 },
+	};
+	for (unsigned c = 0; c < sizeof(rc) / sizeof(rc[0]); c++) {
+		unsigned n = rc[c].heads * rc[c].hd;
+		float *x = xmalloc(n * 4), *x0 = xmalloc(n * 4);
+
+		for (unsigned i = 0; i < n; i++)
+			x[i] = x0[i] = rndf();
+		kvt_rope(x, rc[c].heads, rc[c].hd, rc[c].rd, rc[c].pos, rc[c].theta, rc[c].fs);
+		for (unsigned h = 0; h < rc[c].heads; h++)
+			for (unsigned i = 0; i < rc[c].hd / 2; i++) {
+				const float *p0 = x0 + h * rc[c].hd + 2 * i;
+				const float *p = x + h * rc[c].hd + 2 * i;
+				double a = (double)rc[c].pos * rc[c].fs *
+					   pow(rc[c].theta, -2.0 * i / rc[c].rd);
+				double r0 = p0[0] * cos(a) - p0[1] * sin(a);
+				double r1 = p0[0] * sin(a) + p0[1] * cos(a);
+				double tol = 1e-6 * (fabs(p0[0]) + fabs(p0[1]));
+
+				if (2 * i >= rc[c].rd) {
+					CHECK(p[0] == p0[0] && p[1] == p0[1]);
+					continue;
+				}
+				if (fabs(p[0] - r0) > tol || fabs(p[1] - r1) > tol) {
+					fprintf(stderr, "rope case %u head %u pair %u: (%g, %g), expected "
+						"(%g, %g)\n", c, h, i, p[0], p[1], r0, r1);
+					exit(1);
+				}
+			}
+		free(x);
+		free(x0);
+	}
+}
+
+/* ---- weights ---- */
+
+static const uint32_t types[] = { KVT_GGML_F32, KVT_GGML_F16, KVT_GGML_BF16, KVT_GGML_Q8_0 };
+static const char *const type_name[] = { "f32", "f16", "bf16", "q8_0" };
+
+static void test_mat_row(void)
+{
+	for (unsigned t = 0; t < 4; t++) {
+		unsigned n_in = types[t] == KVT_GGML_Q8_0 ? 96 : 37, n_out = 9;
+		struct kvt_mat w = { rand_weights(types[t], n_in, n_out), types[t], n_in, n_out };
+		float *row = xmalloc(n_in * 4);
+
+		for (unsigned o = 0; o < n_out; o++) {
+			kvt_mat_row(row, &w, o);
+			for (unsigned i = 0; i < n_in; i++)
+				CHECK((double)row[i] == ref_w(&w, o, i));
+		}
+		free((void *)w.data);
+		free(row);
+	}
+}
+
+/* One product against the double reference; returns the largest error
+ * seen as a fraction of sum |x w|. */
+static double check_matmul(struct kvt_pool *pool, uint32_t type, unsigned rows, unsigned n_in,
+			   unsigned n_out)
+{
+	struct kvt_mat w = { rand_weights(type, n_in, n_out), type, n_in, n_out };
+	float *x = xmalloc((size_t)rows * n_in * 4), *y = xmalloc((size_t)rows * n_out * 4);
+	double *wd = xmalloc((size_t)n_in * sizeof(double)), worst = 0;
+
+	for (size_t i = 0; i < (size_t)rows * n_in; i++)
+		x[i] = rndf();
+	for (size_t i = 0; i < (size_t)rows * n_out; i++)
+		y[i] = NAN;
+	CHECK_EQ(kvt_matmul(pool, y, x, rows, &w), 0);
+	for (unsigned o = 0; o < n_out; o++) {
+		for (unsigned i = 0; i < n_in; i++)
+			wd[i] = ref_w(&w, o, i);
+		for (unsigned r = 0; r < rows; r++) {
+			double s = 0, mag = 0, err;
+			for (unsigned i = 0; i < n_in; i++) {
+				s += x[(size_t)r * n_in + i] * wd[i];
+				mag += fabs(x[(size_t)r * n_in + i] * wd[i]);
+			}
+			err = fabs(y[(size_t)r * n_out + o] - s);
+			if (!(err <= n_in * 0x1p-23 * mag)) {
+				fprintf(stderr, "matmul type %u rows %u n_in %u n_out %u threads %u: y[%u][%u] = "
+					"%.9g, expected %.9g (sum |x w| %g)\n", type, rows, n_in, n_out,
+					kvt_pool_threads(pool), r, o, y[(size_t)r * n_out + o], s, mag);
+				exit(1);
+			}
+			if (mag > 0)
+				worst = fmax(worst, err / mag);
+		}
+	}
+	free((void *)w.data);
+	free(x);
+	free(y);
+	free(wd);
+	return worst;
+}
+
+static void test_matmul(struct kvt_pool **pools, unsigned n_pools)
+{
+	/* Rows below 8 always take the dot products, 13 and up always
+	 * sgemm; between, whichever the threshold says. */
+	const unsigned rows[] = { 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 33 };
+	const unsigned shapes[][2] = { { 1, 1 }, { 7, 3 }, { 33, 17 }, { 100, 130 }, { 257, 301 } };
+	const unsigned qshapes[][2] = { { 32, 1 }, { 64, 3 }, { 96, 17 }, { 288, 301 }, { 160, 130 } };
+
+	for (unsigned t = 0; t < 4; t++) {
+		double worst = 0;
+		for (unsigned r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+			for (unsigned s = 0; s < 5; s++) {
+				const unsigned *sh = types[t] == KVT_GGML_Q8_0 ? qshapes[s] : shapes[s];
+				struct kvt_pool *pool = pools[(r + s) % n_pools];
+				worst = fmax(worst, check_matmul(pool, types[t], rows[r], sh[0], sh[1]));
+			}
+		fprintf(stderr, "matmul %s: ok, worst error %.2e of sum |x w|\n", type_name[t], worst);
+	}
+	/* Rows so wide that the sgemm blocks shrink to fit the scratch. */
+	check_matmul(pools[2], KVT_GGML_BF16, 16, 40000, 130);
+	/* Refused: a Q8_0 width that is not whole blocks, an unknown type. */
+	{
+		float x[40] = { 0 }, y[2];
+		uint8_t wb[2 * 34] = { 0 };
+		struct kvt_mat w = { wb, KVT_GGML_Q8_0, 40, 1 };
+		CHECK_EQ(kvt_matmul(pools[0], y, x, 1, &w), -EINVAL);
+		w.type = 2;
+		CHECK_EQ(kvt_matmul(pools[0], y, x, 1, &w), -EINVAL);
+	}
+}
+
+/* ---- attention ---- */
+
+/* Plain softmax attention in double over the contiguous KV, written
+ * independently of kvt_attn_dense. */
+static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *q,
+		     const uint32_t *qpos, const void *k, const void *v, unsigned n_ctx)
+{
+	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim;
+	double *s = xmalloc((n_ctx + 1) * sizeof(double));
+
+	for (unsigned r = 0; r < sh->rows; r++)
+		for (unsigned h = 0; h < sh->n_head; h++) {
+			double *o = out + ((size_t)r * sh->n_head + h) * hd, mx = -INFINITY, sum = 0;
+			const float *qv = q + ((size_t)r * sh->n_head + h) * hd;
+			unsigned n = 0;
+
+			for (unsigned t = 0; t < n_ctx && t <= qpos[r]; t++, n++) {
+				double d = 0;
+				for (unsigned i = 0; i < hd; i++) {
+					size_t idx = ((size_t)t * sh->n_kv_heads + h / G) * hd + i;
+					double kv = sh->kv_type == KVT_KV_F16 ?
+						    half_value(((const uint16_t *)k)[idx]) : ((const float *)k)[idx];
+					d += qv[i] * kv;
+				}
+				s[t] = d * sh->scale;
+				mx = fmax(mx, s[t]);
+			}
+			for (unsigned i = 0; i < hd; i++)
+				o[i] = 0;
+			for (unsigned t = 0; t < n; t++) {
+				double p = exp(s[t] - mx);
+				sum += p;
+				for (unsigned i = 0; i < hd; i++) {
+					size_t idx = ((size_t)t * sh->n_kv_heads + h / G) * hd + i;
+					double vv = sh->kv_type == KVT_KV_F16 ?
+						    half_value(((const uint16_t *)v)[idx]) : ((const float *)v)[idx];
+					o[i] += p * vv;
+				}
+			}
+			for (unsigned i = 0; i < hd; i++)
+				o[i] = n ? o[i] / sum : 0;
+		}
+	free(s);
+}
+
+/* Largest per-(row, head) error relative to the largest |ref| of that
+ * (row, head); a (row, head) whose ref is all zero must be exactly 0. */
+static double attn_err(const struct kvt_attn_shape *sh, const float *out, const double *ref)
+{
+	double worst = 0;
+
+	for (size_t rh = 0; rh < (size_t)sh->rows * sh->n_head; rh++) {
+		double mx = 0, err = 0;
+		for (unsigned i = 0; i < sh->head_dim; i++) {
+			mx = fmax(mx, fabs(ref[rh * sh->head_dim + i]));
+			err = fmax(err, fabs(out[rh * sh->head_dim + i] - ref[rh * sh->head_dim + i]));
+		}
+		if (!(mx > 0 ? err / mx <= 1e-5 : err == 0))
+			return INFINITY;
+		if (mx > 0)
+			worst = fmax(worst, err / mx);
+	}
+	return worst;
+}
+
+/* Accumulators kept from case to case, and the rows each was made for. */
+struct accs {
+	struct kvt_attn_acc a[3];
+	unsigned rows[3];
+};
+
+static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd, unsigned rows,
+			unsigned n_ctx, struct accs *accs, int variable_pages)
+{
+	struct kvt_attn_acc *acc = accs->a;
+	struct kvt_attn_shape sh = { rows, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
+	size_t esz = kv_type == KVT_KV_F16 ? 2 : 4, tok = (size_t)n_kv * hd * esz;
+	uint8_t *k = xmalloc(n_ctx * tok), *v = xmalloc(n_ctx * tok);
+	float *q = xmalloc((size_t)rows * n_head * hd * 4);
+	float *out = xmalloc((size_t)rows * n_head * hd * 4);
+	float *dense = xmalloc((size_t)rows * n_head * hd * 4);
+	double *ref = xmalloc((size_t)rows * n_head * hd * sizeof(double)), e1, e2;
+	uint32_t *qpos = xmalloc(rows * 4);
+	unsigned n_pages = 0, *p_start = xmalloc((n_ctx + 1) * sizeof(unsigned)), *order;
+	unsigned n_acc = 1 + rndn(3), page = 1 + rndn(64);
+	float qscale = rnd32() & 1 ? 1.0f : 4.0f;	/* flat or peaked softmax */
+
+	for (size_t i = 0; i < (size_t)n_ctx * n_kv * hd; i++) {
+		if (kv_type == KVT_KV_F16) {
+			((uint16_t *)k)[i] = ref_f2h(rndf());
+			((uint16_t *)v)[i] = ref_f2h(rndf());
+		} else {
+			((float *)k)[i] = rndf();
+			((float *)v)[i] = rndf();
+		}
+	}
+	for (size_t i = 0; i < (size_t)rows * n_head * hd; i++)
+		q[i] = rndf() * qscale;
+	/* Rows: the last `rows` positions (prefill of a chunk), except that
+	 * with several rows one sees only the first token and one sees
+	 * beyond the end (everything). */
+	for (unsigned r = 0; r < rows; r++)
+		qpos[r] = n_ctx - rows + r;
+	if (rows > 2) {
+		qpos[rndn(rows)] = 0;
+		qpos[rndn(rows)] = n_ctx + 5;
+	}
+
+	/* Pages: fixed size with a short tail, or each of random size. */
+	for (unsigned t = 0; t < n_ctx; t += variable_pages ? 1 + rndn(64) : page)
+		p_start[n_pages++] = t;
+	p_start[n_pages] = n_ctx;
+	order = xmalloc(n_pages * sizeof(unsigned));
+	for (unsigned i = 0; i < n_pages; i++)
+		order[i] = i;
+	for (unsigned i = n_pages; i > 1; i--) {
+		unsigned j = rndn(i), x = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = x;
+	}
+
+	/* Reuse an accumulator of the same heads for as many rows or fewer
+	 * (scratch kept), as the runtime does; else make a new one. */
+	for (unsigned a = 0; a < n_acc; a++) {
+		if (accs->rows[a] >= rows && acc[a].sh.n_head == n_head &&
+		    acc[a].sh.n_kv_heads == n_kv && acc[a].sh.head_dim == hd &&
+		    acc[a].sh.kv_type == kv_type) {
+			acc[a].sh.rows = rows;
+			acc[a].sh.scale = sh.scale;
+			kvt_attn_acc_reset(&acc[a]);
+		} else {
+			kvt_attn_acc_free(&acc[a]);
+			CHECK_EQ(kvt_attn_acc_init(&acc[a], &sh), 0);
+			accs->rows[a] = rows;
+		}
+	}
+	for (unsigned i = 0; i < n_pages; i++) {
+		unsigned pg = order[i], t0 = p_start[pg], nt = p_start[pg + 1] - t0;
+		/* Each page in its own exact-size buffers: ASan sees any
+		 * read past the page. */
+		void *pk = xmalloc(nt * tok), *pv = xmalloc(nt * tok);
+
+		memcpy(pk, k + t0 * tok, nt * tok);
+		memcpy(pv, v + t0 * tok, nt * tok);
+		CHECK_EQ(kvt_attn_page(&acc[rndn(n_acc)], q, qpos, pk, pv, nt, t0), 0);
+		free(pk);
+		free(pv);
+	}
+	for (unsigned a = n_acc; a-- > 1;)
+		kvt_attn_merge(&acc[0], &acc[a]);
+	kvt_attn_finish(&acc[0], out);
+
+	ref_attn(&sh, ref, q, qpos, k, v, n_ctx);
+	CHECK_EQ(kvt_attn_dense(&sh, dense, q, qpos, k, v, n_ctx), 0);
+	e1 = attn_err(&sh, out, ref);
+	e2 = attn_err(&sh, dense, ref);
+	if (!(e1 <= 1e-5 && e2 <= 1e-5)) {
+		fprintf(stderr, "attention %s n_head %u n_kv %u hd %u rows %u n_ctx %u pages %u "
+			"(%s) accumulators %u: error paged %g dense %g\n",
+			kv_type == KVT_KV_F16 ? "f16" : "f32", n_head, n_kv, hd, rows, n_ctx, n_pages,
+			variable_pages ? "random sizes" : "fixed", n_acc, e1, e2);
+		exit(1);
+	}
+	free(k);
+	free(v);
+	free(q);
+	free(out);
+	free(dense);
+	free(ref);
+	free(qpos);
+	free(p_start);
+	free(order);
+	return e1;
+}
+
+static void test_attention(void)
+{
+	struct accs accs[2];	/* one set per KV type: reused */
+	const unsigned heads[][2] = { { 8, 2 }, { 4, 4 }, { 6, 1 } };
+	/* 64 and 128 as in the models; 80 leaves 16 past the AVX-512
+	 * kernels' 32-wide steps, 20 is no multiple of 16 (AVX2 kernels,
+	 * with tails). */
+	const unsigned hds[] = { 64, 128, 80, 20 };
+	unsigned cases = t_scale(96);
+	double worst = 0;
+
+	memset(accs, 0, sizeof(accs));
+	/* Every combination of KV type, one row or many, heads and head
+	 * size once in 48 cases; the sanitizer builds' 24 reach all but the
+	 * last two head sizes. */
+	for (unsigned c = 0; c < cases; c++) {
+		int kv_type = c & 1 ? KVT_KV_F32 : KVT_KV_F16;
+		unsigned rows = c >> 1 & 1 ? 1 : 2 + rndn(14);
+		const unsigned *h = heads[(c >> 2) % 3];
+		unsigned hd = hds[(c >> 2) / 3 % 4];
+		unsigned n_ctx = 1 + rndn(c % 5 == 0 ? 40 : 300);
+
+		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, n_ctx, &accs[kv_type],
+					      c % 3 == 0));
+	}
+	fprintf(stderr, "attention: %u cases ok, worst error %.2e of max |ref|\n", cases, worst);
+
+	/* A row that sees nothing at all: the page lies after it. m stays
+	 * -inf, l 0, the output zeros, and merging it changes nothing. */
+	{
+		struct kvt_attn_shape sh = { 1, 2, 1, 8, 0.5f, KVT_KV_F32 };
+		struct kvt_attn_acc a, b;
+		float q[16], kv[4 * 8], out[16];
+		uint32_t qpos = 5;
+
+		for (unsigned i = 0; i < 16; i++)
+			q[i] = out[i] = 1;
+		for (unsigned i = 0; i < 32; i++)
+			kv[i] = rndf();
+		CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
+		CHECK_EQ(kvt_attn_acc_init(&b, &sh), 0);
+		CHECK_EQ(kvt_attn_page(&a, q, &qpos, kv, kv, 4, 6), 0);
+		CHECK(a.m[0] == -INFINITY && a.l[0] == 0 && a.m[1] == -INFINITY && a.l[1] == 0);
+		kvt_attn_merge(&b, &a);
+		kvt_attn_finish(&b, out);
+		for (unsigned i = 0; i < 16; i++)
+			CHECK(out[i] == 0);
+		/* The page at 5 is seen by its first token only: softmax of
+		 * one score is 1, so the output is exactly that V row. */
+		CHECK_EQ(kvt_attn_page(&a, q, &qpos, kv, kv, 4, 5), 0);
+		kvt_attn_merge(&b, &a);
+		kvt_attn_finish(&b, out);
+		for (unsigned i = 0; i < 16; i++)
+			CHECK(fabsf(out[i] - kv[i % 8]) <= 1e-6f * fabsf(kv[i % 8]));
+		kvt_attn_acc_free(&a);
+		kvt_attn_acc_free(&b);
+		sh.n_kv_heads = 3;	/* 2 heads do not share 3 KV heads */
+		CHECK_EQ(kvt_attn_acc_init(&a, &sh), -EINVAL);
+	}
+	for (unsigned a = 0; a < 3; a++) {
+		kvt_attn_acc_free(&accs[0].a[a]);
+		kvt_attn_acc_free(&accs[1].a[a]);
+	}
+}
+
+/* ---- speed ---- */
+
+struct rd_job {
+	const uint8_t *p;
+	size_t bytes;
+	unsigned parts;
+	double sum[64];
+};
+
+/* Sum of the bytes' 64-bit words: a plain read, no stores, as a ceiling
+ * for what a matvec could read. */
+static void read_task(void *arg, unsigned task, unsigned thread)
+{
+	struct rd_job *j = arg;
+	typedef uint64_t v4 __attribute__((vector_size(32)));
+	size_t per = j->bytes / j->parts / 128 * 128;
+	const uint8_t *p = j->p + per * task;
+	v4 a = { 0 }, b = a, c = a, d = a, t;
+
+	for (size_t i = 0; i < per; i += 128) {
+		memcpy(&t, p + i, 32);
+		a += t;
+		memcpy(&t, p + i + 32, 32);
+		b += t;
+		memcpy(&t, p + i + 64, 32);
+		c += t;
+		memcpy(&t, p + i + 96, 32);
+		d += t;
+	}
+	a += b + c + d;
+	j->sum[task] = (double)(a[0] + a[1] + a[2] + a[3]);
+}
+
+static double best_of(int reps, struct kvt_pool *p, float *y, const float *x, unsigned rows,
+		      const struct kvt_mat *w)
+{
+	double best = 1e9;
+
+	CHECK_EQ(kvt_matmul(p, y, x, rows, w), 0);
+	for (int i = 0; i < reps; i++) {
+		double t0 = now();
+		CHECK_EQ(kvt_matmul(p, y, x, rows, w), 0);
+		best = fmin(best, now() - t0);
+	}
+	return best;
+}
+
+/* Decode attention, one thread: one row, 32 heads over 8 KV heads of
+ * 128, 64-token pages, f16 and f32 KV. */
+static void bench_attn(void)
+{
+	const unsigned n_head = 32, n_kv = 8, hd = 128, page = 64, ctx = t_scale(4096);
+	float q[32 * 128], out[32 * 128];
+	uint32_t qpos = ctx - 1;
+
+	for (unsigned i = 0; i < n_head * hd; i++)
+		q[i] = rndf();
+	fprintf(stderr, "speed: attention decode, 1 thread, %u tokens:", ctx);
+	for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_F32; kv_type++) {
+		struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
+		size_t tok = (size_t)n_kv * hd * (kv_type == KVT_KV_F16 ? 2 : 4);
+		uint8_t *k = xmalloc(ctx * tok), *v = xmalloc(ctx * tok);
+		struct kvt_attn_acc a;
+		double best = 1e9;
+
+		for (size_t i = 0; i < (size_t)ctx * n_kv * hd; i++) {
+			float fk = rndf(), fv = rndf();
+
+			if (kv_type == KVT_KV_F16) {
+				kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);
+				kvt_f32_to_f16((uint16_t *)v + i, &fv, 1);
+			} else {
+				((float *)k)[i] = fk;
+				((float *)v)[i] = fv;
+			}
+		}
+		CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
+		for (int rep = 0; rep < 10; rep++) {
+			double t0 = now();
+			kvt_attn_acc_reset(&a);
+			for (unsigned t = 0; t < ctx; t += page)
+				CHECK_EQ(kvt_attn_page(&a, q, &qpos, k + t * tok, v + t * tok,
+						       ctx - t < page ? ctx - t : page, t), 0);
+			kvt_attn_finish(&a, out);
+			best = fmin(best, now() - t0);
+		}
+		fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)", kv_type == KVT_KV_F16 ? "f16" : "f32",
+			best * 1e3, 2.0 * ctx * tok / best / 1e9);
+		kvt_attn_acc_free(&a);
+		free(k);
+		free(v);
+	}
+	fprintf(stderr, "\n");
+}
+
+static void bench(void)
+{
+	unsigned n = t_scale(4096) / 32 * 32, grows = t_scale(128);
+	float *x = xmalloc((size_t)grows * n * 4), *y = xmalloc((size_t)grows * n * 4);
+	void *w[4];
+
+	for (size_t i = 0; i < (size_t)grows * n; i++)
+		x[i] = rndf();
+	for (unsigned t = 0; t < 4; t++)
+		w[t] = rand_weights(types[t], n, n);
+	bench_pool();
+	for (unsigned nt = 1; nt <= 2; nt++) {
+		struct kvt_pool *p;
+
+		CHECK_EQ(kvt_pool_new(nt, &p), 0);
+		/* Each matvec against a plain read of the same bytes, so
+		 * that both see the same caches. */
+		fprintf(stderr, "speed: %u thread%s: matvec (1 row, %ux%u) GB/s of weights, "
+			"(plain read of them):", nt, nt > 1 ? "s" : "", n, n);
+		for (unsigned t = 0; t < 4; t++) {
+			struct kvt_mat m = { w[t], types[t], n, n };
+			struct rd_job rj = { .p = w[t], .bytes = mat_bytes(types[t], n, n), .parts = nt };
+			double s = best_of(10, p, y, x, 1, &m), r = 1e9;
+
+			for (int i = 0; i < 10; i++) {
+				double t0 = now();
+				kvt_pool_run(p, read_task, &rj, nt);
+				r = fmin(r, now() - t0);
+			}
+			fprintf(stderr, " %s %.1f (%.1f)", type_name[t], rj.bytes / s / 1e9,
+				rj.bytes / r / 1e9);
+		}
+		fprintf(stderr, "\n");
+		fprintf(stderr, "speed: %u thread%s: matmul %u rows, GFLOP/s:", nt, nt > 1 ? "s" : "",
+			grows);
+		for (unsigned t = 0; t < 4; t++) {
+			struct kvt_mat m = { w[t], types[t], n, n };
+			double s = best_of(3, p, y, x, grows, &m);
+			fprintf(stderr, " %s %.1f", type_name[t], 2.0 * grows * n * n / s / 1e9);
+		}
+		fprintf(stderr, "\n");
+		kvt_pool_free(p);
+	}
+	for (unsigned t = 0; t < 4; t++)
+		free(w[t]);
+	free(x);
+	free(y);
+	bench_attn();
+}
+
+int main(void)
+{
+	static const char *const level_name[] = { "portable C", "AVX2", "AVX-512" };
+	struct kvt_pool *pools[4] = { NULL };
+	const char *seed = getenv("KVT_TEST_SEED");
+	int top = kvt_cpu_simd();
+
+	if (seed)
+		rng = strtoull(seed, NULL, 0) | 1;
+	fprintf(stderr, "seed 0x%llx\n", (unsigned long long)rng);
+	test_pool();
+	CHECK_EQ(kvt_pool_new(1, &pools[1]), 0);
+	CHECK_EQ(kvt_pool_new(2, &pools[2]), 0);
+	CHECK_EQ(kvt_pool_new(3, &pools[3]), 0);
+	for (int level = top; level >= 0; level--) {
+		kvt_cpu_set_simd_max(level);
+		CHECK_EQ(kvt_cpu_simd(), level);
+		fprintf(stderr, "-- %s\n", level_name[level]);
+		test_f16();
+		test_elementwise();
+		test_mat_row();
+		test_matmul(pools, 4);
+		test_attention();
+	}
+	kvt_cpu_set_simd_max(top);
+	for (int i = 1; i < 4; i++)
+		kvt_pool_free(pools[i]);
+	bench();
+	return 0;
+}
