@@ -17,11 +17,15 @@ struct kvt_sampler_params {
 
 struct kvt_sampler;
 
-/* 0, -EINVAL (n_vocab 0, top_p <= 0, a NaN), -ENOMEM. */
+/* 0, -EINVAL (n_vocab 0 or over INT32_MAX, top_p <= 0, a NaN, temp
+ * +inf), -ENOMEM. top_k over n_vocab is no limit. */
 int  kvt_sampler_new(const struct kvt_sampler_params *sp, uint32_t n_vocab,
 		     struct kvt_sampler **out);
 void kvt_sampler_free(struct kvt_sampler *s);
-/* A token id from logits (n_vocab); logits are not modified. */
+/* A token id from logits (n_vocab); logits are not modified. A NaN logit
+ * is never drawn (0 if all are NaN); -inf ones only when all are. -EINVAL
+ * for NULL arguments. A sampler holds the generator's state: one thread
+ * at a time. */
 int32_t kvt_sample(struct kvt_sampler *s, const float *logits);
 
 #endif
