@@ -355,8 +355,16 @@ static int unevictable(void *arg, uint64_t key)
 {
 	const struct vctx *c = arg;
 	const struct page *pg = &c->p->pages[key];
+	if (pg->state != P_READY)
+		return 1;
+	/* Views point into the fast or host tier, never into NVMe: a copy
+	 * there under another one may go even while the page is pinned or
+	 * waited for (else a full NVMe tier holding clean copies of pinned
+	 * pages could block every demotion). */
+	if (c->tier == KVT_TIER_NVME)
+		return copies(pg) == 1;
 	/* A page a batch waits for is kept where the batch will read it. */
-	return pg->state != P_READY || pg->pins || (pg->want && c->tier <= c->p->target) ||
+	return pg->pins || (pg->want && c->tier <= c->p->target) ||
 	       (copies(pg) == 1 && c->tier == c->p->last);
 }
 
