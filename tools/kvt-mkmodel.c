@@ -1,38 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvt-mkmodel: write a Llama-architecture GGUF v3 file with seeded random
- * weights for any geometry, named and shaped as llama.cpp expects
- * (ne[0] is the contiguous dimension). The vocabulary is byte-level in
- * SentencePiece's layout: <unk>, <s>, </s>, then <0x00>..<0xFF>, then
- * --vocab minus 259 filler tokens. Norm weights are 1 and stay f32 with
- * --type f16, as llama.cpp's converter keeps them.
+ * weights for any geometry and a small SentencePiece-style vocabulary
+ * (runtime/synth.h), so tests, benchmarks and `make run` need no download.
  *
  *   kvt-mkmodel --layers 2 --dim 64 --heads 4 -o /tmp/tiny.gguf
  */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/gguf.h"
-
-#define N_SPECIAL 3	/* <unk>, <s>, </s> */
-#define N_BYTE_VOCAB (N_SPECIAL + 256)
-
-struct opts {
-	unsigned layers, dim, heads, kv_heads, ff, ctx, vocab;
-	unsigned long long seed;
-	uint32_t type;		/* KVT_GGML_F32 or KVT_GGML_F16 */
-	const char *out;
-};
-
-/* Every tensor buffer, freed after the write (the writer borrows them). */
-struct bufs {
-	void **p;		/* (n) */
-	size_t n, cap;
-};
+#include "runtime/synth.h"
 
 static void usage(FILE *f)
 {
@@ -43,19 +24,13 @@ static void usage(FILE *f)
 		"  --heads N      attention heads (4); dim must divide by it, head dim even\n"
 		"  --kv-heads N   KV heads (= heads); heads must divide by it\n"
 		"  --ff N         feed-forward length (4 * dim)\n"
-		"  --ctx N        context length (2048)\n"
-		"  --vocab N      vocabulary size, at least %d (%d)\n"
+		"  --ctx N        context length the model declares (2048)\n"
+		"  --vocab N      vocabulary size, at least %d (512): byte tokens, the\n"
+		"                 printable characters, then learnt English pieces\n"
 		"  --seed N       random seed (1)\n"
-		"  --type T       f32 or f16 weights (f32)\n"
-		"  -o FILE        output file\n", N_BYTE_VOCAB, N_BYTE_VOCAB);
-}
-
-static void die_usage(const char *fmt, const char *a, const char *b)
-{
-	fprintf(stderr, "kvt-mkmodel: ");
-	fprintf(stderr, fmt, a, b);
-	fprintf(stderr, " (see --help)\n");
-	exit(2);
+		"  --type T       weights: f32, f16, bf16 or q8_0 (f32)\n"
+		"  --tied         no output.weight: the head reuses the token embedding\n"
+		"  -o FILE        output file\n", KVT_SYNTH_MIN_VOCAB);
 }
 
 static unsigned parse_uint(const char *flag, const char *s)
@@ -65,97 +40,12 @@ static unsigned parse_uint(const char *flag, const char *s)
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v == 0 || v > 1u << 30)
-		die_usage("%s: \"%s\" is not an integer in 1..1073741824", flag, s);
+	if (errno || end == s || *end || *s == '-' || v == 0 || v > 1u << 30) {
+		fprintf(stderr, "kvt-mkmodel: %s: \"%s\" is not an integer in 1..1073741824 (see --help)\n",
+			flag, s);
+		exit(2);
+	}
 	return (unsigned)v;
-}
-
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-	/* splitmix64: deterministic across platforms for a given seed */
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [-a, a). */
-static float rng_uniform(float a)
-{
-	return ((float)(rng_next() >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * a;
-}
-
-static void *keep(struct bufs *b, size_t bytes)
-{
-	void *p = malloc(bytes ? bytes : 1);
-
-	if (!p || (b->n == b->cap &&
-		   !(b->p = realloc(b->p, (b->cap = b->cap ? b->cap * 2 : 64) * sizeof(*b->p))))) {
-		fprintf(stderr, "kvt-mkmodel: out of memory\n");
-		exit(1);
-	}
-	b->p[b->n++] = p;
-	return p;
-}
-
-/* A 2-D weight (ne0 contiguous = fan-in) of random values, or a norm of ones. */
-static void add_weight(struct kvt_gguf_writer *w, struct bufs *b, const struct opts *o,
-		       const char *name, uint64_t ne0, uint64_t ne1, int norm)
-{
-	uint64_t ne[2] = { ne0, ne1 }, i, n = ne0 * ne1;
-	uint32_t type = norm ? KVT_GGML_F32 : o->type;
-	float a = 1.0f / sqrtf((float)ne0);
-
-	if (type == KVT_GGML_F32) {
-		float *d = keep(b, n * sizeof(float));
-
-		for (i = 0; i < n; i++)
-			d[i] = norm ? 1.0f : rng_uniform(a);
-	} else {
-		_Float16 *d = keep(b, n * sizeof(_Float16));
-
-		for (i = 0; i < n; i++)
-			d[i] = (_Float16)rng_uniform(a);
-	}
-	kvt_gguf_add_tensor(w, name, norm ? 1 : 2, ne, type, b->p[b->n - 1]);
-}
-
-static void add_vocab(struct kvt_gguf_writer *w, struct bufs *b, unsigned vocab)
-{
-	const char **tok = keep(b, vocab * sizeof(*tok));
-	float *score = keep(b, vocab * sizeof(*score));
-	int32_t *ttype = keep(b, vocab * sizeof(*ttype));
-	char *names = keep(b, (size_t)vocab * 24);
-	unsigned i;
-
-	for (i = 0; i < vocab; i++) {
-		char *s = names + (size_t)i * 24;
-
-		if (i == 0)
-			snprintf(s, 24, "<unk>");
-		else if (i == 1)
-			snprintf(s, 24, "<s>");
-		else if (i == 2)
-			snprintf(s, 24, "</s>");
-		else if (i < N_BYTE_VOCAB)
-			snprintf(s, 24, "<0x%02X>", i - N_SPECIAL);
-		else
-			snprintf(s, 24, "<extra_%u>", i - N_BYTE_VOCAB);
-		tok[i] = s;
-		score[i] = i < N_SPECIAL ? 0.0f : -(float)i;
-		/* llama_token_type: 1 normal, 2 unknown, 3 control, 6 byte */
-		ttype[i] = i == 0 ? 2 : i < N_SPECIAL ? 3 : i < N_BYTE_VOCAB ? 6 : 1;
-	}
-	kvt_gguf_add_str(w, "tokenizer.ggml.model", "llama");
-	kvt_gguf_add_str_arr(w, "tokenizer.ggml.tokens", tok, vocab);
-	kvt_gguf_add_f32_arr(w, "tokenizer.ggml.scores", score, vocab);
-	kvt_gguf_add_i32_arr(w, "tokenizer.ggml.token_type", ttype, vocab);
-	kvt_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-	kvt_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-	kvt_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
 }
 
 int main(int argc, char **argv)
@@ -170,106 +60,65 @@ int main(int argc, char **argv)
 		{ "vocab", required_argument, NULL, 'v' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "type", required_argument, NULL, 't' },
+		{ "tied", no_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct opts o = {
-		.layers = 2, .dim = 64, .heads = 4, .ctx = 2048, .vocab = N_BYTE_VOCAB,
-		.seed = 1, .type = KVT_GGML_F32,
+	static const struct { const char *name; uint32_t type; } types[] = {
+		{ "f32", KVT_GGML_F32 }, { "f16", KVT_GGML_F16 },
+		{ "bf16", KVT_GGML_BF16 }, { "q8_0", KVT_GGML_Q8_0 },
 	};
-	struct kvt_gguf_writer *w = NULL;
-	struct bufs b = { 0 };
-	char name[64], err[512];
-	unsigned l, hd, kv_dim;
-	int c, ret;
+	struct kvt_synth s;
+	const char *out = NULL;
+	char err[512];
+	unsigned i;
+	int c;
 
+	kvt_synth_default(&s);
 	while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'L': o.layers = parse_uint("--layers", optarg); break;
-		case 'd': o.dim = parse_uint("--dim", optarg); break;
-		case 'H': o.heads = parse_uint("--heads", optarg); break;
-		case 'K': o.kv_heads = parse_uint("--kv-heads", optarg); break;
-		case 'f': o.ff = parse_uint("--ff", optarg); break;
-		case 'c': o.ctx = parse_uint("--ctx", optarg); break;
-		case 'v': o.vocab = parse_uint("--vocab", optarg); break;
-		case 's': o.seed = parse_uint("--seed", optarg); break;
+		case 'L': s.layers = parse_uint("--layers", optarg); break;
+		case 'd': s.dim = parse_uint("--dim", optarg); break;
+		case 'H': s.heads = parse_uint("--heads", optarg); break;
+		case 'K': s.kv_heads = parse_uint("--kv-heads", optarg); break;
+		case 'f': s.ff = parse_uint("--ff", optarg); break;
+		case 'c': s.ctx = parse_uint("--ctx", optarg); break;
+		case 'v': s.vocab = parse_uint("--vocab", optarg); break;
+		case 's': s.seed = parse_uint("--seed", optarg); break;
+		case 'T': s.tied = 1; break;
 		case 't':
-			if (!strcmp(optarg, "f32"))
-				o.type = KVT_GGML_F32;
-			else if (!strcmp(optarg, "f16"))
-				o.type = KVT_GGML_F16;
-			else
-				die_usage("--type: \"%s\" is not f32 or f16%s", optarg, "");
+			for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+				if (!strcmp(optarg, types[i].name))
+					break;
+			if (i == sizeof(types) / sizeof(types[0])) {
+				fprintf(stderr, "kvt-mkmodel: --type: \"%s\" is not f32, f16, bf16 or q8_0\n",
+					optarg);
+				return 2;
+			}
+			s.type = types[i].type;
 			break;
-		case 'o': o.out = optarg; break;
+		case 'o': out = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default:
 			fprintf(stderr, "kvt-mkmodel: bad option (see --help)\n");
 			return 2;
 		}
 	}
-	if (optind < argc)
-		die_usage("unexpected argument \"%s\"%s", argv[optind], "");
-	if (!o.out)
-		die_usage("-o FILE is required%s%s", "", "");
-	if (!o.kv_heads)
-		o.kv_heads = o.heads;
-	if (!o.ff)
-		o.ff = 4 * o.dim;
-	if (o.dim % o.heads || (o.dim / o.heads) % 2)
-		die_usage("--dim must be a multiple of --heads with an even head dimension%s%s", "", "");
-	if (o.kv_heads > o.heads || o.heads % o.kv_heads)
-		die_usage("--heads must be a multiple of --kv-heads%s%s", "", "");
-	if (o.vocab < N_BYTE_VOCAB) {
-		fprintf(stderr, "kvt-mkmodel: --vocab must be at least %d (see --help)\n", N_BYTE_VOCAB);
+	if (optind < argc) {
+		fprintf(stderr, "kvt-mkmodel: unexpected argument \"%s\" (see --help)\n", argv[optind]);
 		return 2;
 	}
-	hd = o.dim / o.heads;
-	kv_dim = hd * o.kv_heads;
-	rng_state = o.seed;
-
-	if (kvt_gguf_writer_new(&w)) {
-		fprintf(stderr, "kvt-mkmodel: out of memory\n");
+	if (!out) {
+		fprintf(stderr, "kvt-mkmodel: -o FILE is required (see --help)\n");
+		return 2;
+	}
+	if (kvt_synth_check(&s, err, sizeof(err))) {
+		fprintf(stderr, "kvt-mkmodel: %s (see --help)\n", err);
+		return 2;
+	}
+	if (kvt_synth_write(&s, out, err, sizeof(err))) {
+		fprintf(stderr, "kvt-mkmodel: %s\n", err);
 		return 1;
 	}
-	kvt_gguf_add_str(w, "general.architecture", "llama");
-	kvt_gguf_add_str(w, "general.name", "kvtier synthetic");
-	kvt_gguf_add_u32(w, "general.file_type", o.type == KVT_GGML_F32 ? 0 : 1);
-	kvt_gguf_add_u32(w, "llama.block_count", o.layers);
-	kvt_gguf_add_u32(w, "llama.context_length", o.ctx);
-	kvt_gguf_add_u32(w, "llama.embedding_length", o.dim);
-	kvt_gguf_add_u32(w, "llama.feed_forward_length", o.ff);
-	kvt_gguf_add_u32(w, "llama.attention.head_count", o.heads);
-	kvt_gguf_add_u32(w, "llama.attention.head_count_kv", o.kv_heads);
-	kvt_gguf_add_u32(w, "llama.rope.dimension_count", hd);
-	kvt_gguf_add_f32(w, "llama.rope.freq_base", 10000.0f);
-	kvt_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-	kvt_gguf_add_u32(w, "llama.vocab_size", o.vocab);
-	add_vocab(w, &b, o.vocab);
-
-	add_weight(w, &b, &o, "token_embd.weight", o.dim, o.vocab, 0);
-	for (l = 0; l < o.layers; l++) {
-#define BLK(s) (snprintf(name, sizeof(name), "blk.%u." s, l), name)
-		add_weight(w, &b, &o, BLK("attn_norm.weight"), o.dim, 1, 1);
-		add_weight(w, &b, &o, BLK("attn_q.weight"), o.dim, o.dim, 0);
-		add_weight(w, &b, &o, BLK("attn_k.weight"), o.dim, kv_dim, 0);
-		add_weight(w, &b, &o, BLK("attn_v.weight"), o.dim, kv_dim, 0);
-		add_weight(w, &b, &o, BLK("attn_output.weight"), o.dim, o.dim, 0);
-		add_weight(w, &b, &o, BLK("ffn_norm.weight"), o.dim, 1, 1);
-		add_weight(w, &b, &o, BLK("ffn_gate.weight"), o.dim, o.ff, 0);
-		add_weight(w, &b, &o, BLK("ffn_up.weight"), o.dim, o.ff, 0);
-		add_weight(w, &b, &o, BLK("ffn_down.weight"), o.ff, o.dim, 0);
-#undef BLK
-	}
-	add_weight(w, &b, &o, "output_norm.weight", o.dim, 1, 1);
-	add_weight(w, &b, &o, "output.weight", o.dim, o.vocab, 0);
-
-	ret = kvt_gguf_writer_write(w, o.out, err, sizeof(err));
-	if (ret)
-		fprintf(stderr, "kvt-mkmodel: %s\n", err);
-	kvt_gguf_writer_free(w);
-	while (b.n)
-		free(b.p[--b.n]);
-	free(b.p);
-	return ret ? 1 : 0;
+	return 0;
 }

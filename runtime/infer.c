@@ -1,0 +1,938 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The forward pass over paged (or dense) K/V; see runtime/infer.h.
+ *
+ * Rows: a forward step runs R rows at once, each a (session, token,
+ * position); a prefill chunk is R rows of one session, a batched decode
+ * step one row per session. The matrix products run over all R rows, so
+ * the weights are read once per step; attention runs per session over its
+ * own rows. Scratch for R rows is allocated once, at engine creation.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "runtime/gguf.h"
+#include "runtime/infer.h"
+
+struct kvt_session {
+	kvt_seq_t seq;			/* paged path */
+	uint8_t **dk, **dv;		/* dense path: (n_layer) -> (n_ctx, kv_dim) */
+	int32_t *tokens;		/* (len) */
+	unsigned len;
+	float	*logits;		/* (n_vocab), valid when have_logits */
+	int	 have_logits;
+	int	 err;			/* -errno that ended the session */
+};
+
+/* One session's rows in a step. */
+struct span {
+	struct kvt_session *s;
+	unsigned r0, n;			/* rows r0 .. r0 + n - 1 */
+};
+
+struct kvt_engine {
+	struct kvt_model *m;
+	struct kvt_pager *p;		/* NULL on the dense path */
+	struct kvt_engine_params ep;
+	struct kvt_pool *pool;
+	unsigned nthreads;
+	unsigned page_tokens;
+	unsigned kv_dim;		/* n_head_kv * head_dim */
+	unsigned kvb;			/* bytes per K or V value */
+	unsigned max_rows;
+	uint32_t *page_ids;		/* (n_ctx / page_tokens + 1): 0, 1, 2, ... */
+
+	/* Scratch for max_rows rows. */
+	float	*x, *xn, *tmp;		/* (rows, n_embd) */
+	float	*q, *att;		/* (rows, n_embd) */
+	float	*k, *v;			/* (rows, kv_dim) */
+	float	*g, *u;			/* (rows, n_ff) */
+	uint16_t *kh, *vh;		/* (rows, kv_dim) f16 copies of k, v */
+	uint32_t *pos;			/* (rows) */
+	float	*logits;		/* (max_batch, n_vocab) */
+	struct kvt_attn_acc *acc;	/* (nthreads) per-thread partials */
+};
+
+/* One attention call spread over the pool. */
+struct attn_job {
+	struct kvt_engine *e;
+	struct kvt_session *s;
+	unsigned layer, n_pages, n_tasks;
+	const float *q;
+	const uint32_t *qpos;
+	int err;			/* first error, written under the pool's join */
+};
+
+void kvt_engine_params_default(struct kvt_engine_params *ep)
+{
+	*ep = (struct kvt_engine_params){
+		.n_ctx = 4096, .kv_type = KVT_KV_F16, .chunk = 256, .max_batch = 16,
+	};
+}
+
+void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kvt_config *cfg)
+{
+	cfg->n_layers = m->hp.n_layer;
+	cfg->n_kv_heads = m->hp.n_head_kv;
+	cfg->head_dim = m->hp.head_dim;
+	cfg->dtype_bytes = kv_type == KVT_KV_F32 ? 4 : 2;
+}
+
+static int efail(char *err, size_t errlen, int ret, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return ret;
+}
+
+const struct kvt_engine_params *kvt_engine_params(const struct kvt_engine *e)
+{
+	return &e->ep;
+}
+
+int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
+		   const struct kvt_engine_params *ep, struct kvt_engine **out,
+		   char *err, size_t errlen)
+{
+	const struct kvt_hparams *hp = &m->hp;
+	struct kvt_engine *e;
+	size_t R, i;
+	int ret = -ENOMEM;
+
+	*out = NULL;
+	if (!ep->n_ctx || !ep->chunk || !ep->max_batch ||
+	    (ep->kv_type != KVT_KV_F16 && ep->kv_type != KVT_KV_F32))
+		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, kv type f16 or f32");
+	if (!ep->dense && !pager)
+		return efail(err, errlen, -EINVAL, "engine: no pager");
+	if (!(e = calloc(1, sizeof(*e))))
+		return efail(err, errlen, -ENOMEM, "out of memory");
+	e->m = m;
+	e->ep = *ep;
+	e->p = ep->dense ? NULL : pager;
+	e->kv_dim = hp->n_head_kv * hp->head_dim;
+	e->kvb = ep->kv_type == KVT_KV_F32 ? 4 : 2;
+	if (e->p) {
+		size_t want = (size_t)e->kv_dim * e->kvb * 2, pb = kvt_pager_page_bytes(e->p);
+
+		/* page bytes = page_tokens * kv_dim * 2 * kvb */
+		if (!want || pb % want || (pb / want) == 0) {
+			ret = efail(err, errlen, -EINVAL,
+				    "engine: pager pages of %zu bytes do not hold whole tokens of this model (%zu bytes of K and V per token and layer)",
+				    pb, want);
+			goto fail;
+		}
+		e->page_tokens = (unsigned)(pb / want);
+	}
+	ret = kvt_pool_new(ep->n_threads, &e->pool);
+	if (ret) {
+		efail(err, errlen, ret, "engine: cannot start the thread pool");
+		goto fail;
+	}
+	e->nthreads = kvt_pool_threads(e->pool);
+	ret = -ENOMEM;
+	R = e->max_rows = ep->chunk > ep->max_batch ? ep->chunk : ep->max_batch;
+	if (!(e->x = malloc(R * hp->n_embd * sizeof(float))) ||
+	    !(e->xn = malloc(R * hp->n_embd * sizeof(float))) ||
+	    !(e->tmp = malloc(R * hp->n_embd * sizeof(float))) ||
+	    !(e->q = malloc(R * hp->n_embd * sizeof(float))) ||
+	    !(e->att = malloc(R * hp->n_embd * sizeof(float))) ||
+	    !(e->k = malloc(R * e->kv_dim * sizeof(float))) ||
+	    !(e->v = malloc(R * e->kv_dim * sizeof(float))) ||
+	    !(e->g = malloc(R * hp->n_ff * sizeof(float))) ||
+	    !(e->u = malloc(R * hp->n_ff * sizeof(float))) ||
+	    !(e->kh = malloc(R * e->kv_dim * sizeof(uint16_t))) ||
+	    !(e->vh = malloc(R * e->kv_dim * sizeof(uint16_t))) ||
+	    !(e->pos = malloc(R * sizeof(uint32_t))) ||
+	    !(e->logits = malloc((size_t)ep->max_batch * hp->n_vocab * sizeof(float))))
+		goto nomem;
+	if (e->p) {
+		size_t np = ep->n_ctx / e->page_tokens + 2;
+
+		if (!(e->page_ids = malloc(np * sizeof(uint32_t))) ||
+		    !(e->acc = calloc(e->nthreads, sizeof(*e->acc))))
+			goto nomem;
+		for (i = 0; i < np; i++)
+			e->page_ids[i] = (uint32_t)i;
+		for (i = 0; i < e->nthreads; i++) {
+			struct kvt_attn_shape sh = {
+				.rows = (unsigned)R, .n_head = hp->n_head,
+				.n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
+				.scale = 1.0f / sqrtf((float)hp->head_dim), .kv_type = ep->kv_type,
+			};
+			if (kvt_attn_acc_init(&e->acc[i], &sh))
+				goto nomem;
+		}
+	}
+	*out = e;
+	return 0;
+nomem:
+	ret = efail(err, errlen, -ENOMEM, "engine: out of memory for %zu rows of scratch", R);
+fail:
+	kvt_engine_free(e);
+	return ret;
+}
+
+void kvt_engine_free(struct kvt_engine *e)
+{
+	unsigned i;
+
+	if (!e)
+		return;
+	if (e->acc)
+		for (i = 0; i < e->nthreads; i++)
+			kvt_attn_acc_free(&e->acc[i]);
+	free(e->acc);
+	free(e->page_ids);
+	free(e->x); free(e->xn); free(e->tmp); free(e->q); free(e->att);
+	free(e->k); free(e->v); free(e->g); free(e->u); free(e->kh); free(e->vh);
+	free(e->pos); free(e->logits);
+	kvt_pool_free(e->pool);
+	free(e);
+}
+
+/* ---------------------------------------------------------------------
+ * Sessions
+ */
+
+static void session_free_dense(struct kvt_engine *e, struct kvt_session *s)
+{
+	unsigned l;
+
+	for (l = 0; s->dk && l < e->m->hp.n_layer; l++)
+		free(s->dk[l]);
+	for (l = 0; s->dv && l < e->m->hp.n_layer; l++)
+		free(s->dv[l]);
+	free(s->dk);
+	free(s->dv);
+}
+
+static int session_alloc(struct kvt_engine *e, struct kvt_session **out)
+{
+	const struct kvt_hparams *hp = &e->m->hp;
+	struct kvt_session *s = calloc(1, sizeof(*s));
+	size_t row = (size_t)e->kv_dim * e->kvb;
+	unsigned l;
+
+	*out = NULL;
+	if (!s)
+		return -ENOMEM;
+	if (!(s->tokens = malloc((size_t)e->ep.n_ctx * sizeof(int32_t))) ||
+	    !(s->logits = malloc((size_t)hp->n_vocab * sizeof(float))))
+		goto nomem;
+	if (e->ep.dense) {
+		if (!(s->dk = calloc(hp->n_layer, sizeof(*s->dk))) ||
+		    !(s->dv = calloc(hp->n_layer, sizeof(*s->dv))))
+			goto nomem;
+		for (l = 0; l < hp->n_layer; l++)
+			if (!(s->dk[l] = malloc(e->ep.n_ctx * row)) ||
+			    !(s->dv[l] = malloc(e->ep.n_ctx * row)))
+				goto nomem;
+	}
+	*out = s;
+	return 0;
+nomem:
+	session_free_dense(e, s);
+	free(s->tokens);
+	free(s->logits);
+	free(s);
+	return -ENOMEM;
+}
+
+int kvt_session_new(struct kvt_engine *e, struct kvt_session **out)
+{
+	int ret = session_alloc(e, out);
+
+	if (ret || e->ep.dense)
+		return ret;
+	ret = kvt_seq_open(e->p, &(*out)->seq);
+	if (ret) {
+		(*out)->seq = 0;
+		kvt_session_free(e, *out);
+		*out = NULL;
+	}
+	return ret;
+}
+
+void kvt_session_free(struct kvt_engine *e, struct kvt_session *s)
+{
+	if (!s)
+		return;
+	if (s->seq)
+		kvt_seq_close(e->p, s->seq);
+	session_free_dense(e, s);
+	free(s->tokens);
+	free(s->logits);
+	free(s);
+}
+
+int kvt_session_fork(struct kvt_engine *e, struct kvt_session *s, unsigned ntok,
+		     struct kvt_session **out)
+{
+	struct kvt_session *c;
+	size_t row = (size_t)e->kv_dim * e->kvb;
+	unsigned l;
+	int ret;
+
+	*out = NULL;
+	if (s->err)
+		return s->err;
+	if (ntok > s->len)
+		return -ERANGE;
+	if ((ret = session_alloc(e, &c)))
+		return ret;
+	if (e->ep.dense) {
+		for (l = 0; l < e->m->hp.n_layer; l++) {
+			memcpy(c->dk[l], s->dk[l], ntok * row);
+			memcpy(c->dv[l], s->dv[l], ntok * row);
+		}
+	} else if ((ret = kvt_seq_fork(e->p, s->seq, ntok, &c->seq))) {
+		c->seq = 0;
+		kvt_session_free(e, c);
+		return ret;
+	}
+	memcpy(c->tokens, s->tokens, ntok * sizeof(int32_t));
+	c->len = ntok;
+	if (ntok == s->len && s->have_logits) {
+		memcpy(c->logits, s->logits, e->m->hp.n_vocab * sizeof(float));
+		c->have_logits = 1;
+	}
+	*out = c;
+	return 0;
+}
+
+int kvt_session_park(struct kvt_engine *e, struct kvt_session *s)
+{
+	return e->ep.dense ? 0 : kvt_seq_park(e->p, s->seq);
+}
+
+int kvt_session_resume(struct kvt_engine *e, struct kvt_session *s)
+{
+	return e->ep.dense ? 0 : kvt_seq_resume(e->p, s->seq);
+}
+
+unsigned kvt_session_len(const struct kvt_session *s) { return s->len; }
+const int32_t *kvt_session_tokens(const struct kvt_session *s) { return s->tokens; }
+int kvt_session_error(const struct kvt_session *s) { return s->err; }
+
+const float *kvt_session_logits(const struct kvt_session *s)
+{
+	return s->have_logits ? s->logits : NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * Attention
+ */
+
+/* One task: a contiguous run of the layer's pages, acquired as one batch
+ * and folded into this thread's accumulator in readiness order. */
+static void attn_task(void *arg, unsigned task, unsigned thread)
+{
+	struct attn_job *j = arg;
+	struct kvt_engine *e = j->e;
+	unsigned a = (unsigned)((uint64_t)task * j->n_pages / j->n_tasks);
+	unsigned b = (unsigned)((uint64_t)(task + 1) * j->n_pages / j->n_tasks);
+	struct kvt_attn_acc *acc = &e->acc[thread];
+	struct kvt_batch *bt;
+	struct kvt_view vw;
+	int r, err = 0;
+
+	if (a == b)
+		return;
+	r = kvt_acquire(e->p, j->s->seq, j->layer, e->page_ids + a, b - a, &bt);
+	if (r) {
+		__atomic_store_n(&j->err, r, __ATOMIC_RELAXED);
+		return;
+	}
+	while ((r = kvt_batch_next(bt, &vw)) != 0) {
+		if (r < 0) {
+			err = r;	/* a lost page: the rest are still drained */
+			continue;
+		}
+		if (!err)
+			err = kvt_attn_page(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
+					    vw.page * e->page_tokens);
+	}
+	kvt_batch_release(bt);
+	if (err)
+		__atomic_store_n(&j->err, err, __ATOMIC_RELAXED);
+}
+
+static void set_rows(struct kvt_attn_acc *a, unsigned rows)
+{
+	a->sh.rows = rows;
+	kvt_attn_acc_reset(a);
+}
+
+/* out (n, n_embd) = attention of rows q (n, n_embd) at qpos over every
+ * token of the session in this layer. */
+static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+		  const float *q, const uint32_t *qpos, unsigned n, float *out)
+{
+	const struct kvt_hparams *hp = &e->m->hp;
+	struct attn_job j = { .e = e, .s = s, .layer = layer, .q = q, .qpos = qpos };
+	unsigned i;
+	int np;
+
+	if (e->ep.dense) {
+		struct kvt_attn_shape sh = {
+			.rows = n, .n_head = hp->n_head, .n_kv_heads = hp->n_head_kv,
+			.head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
+			.kv_type = e->ep.kv_type,
+		};
+		return kvt_attn_dense(&sh, out, q, qpos, s->dk[layer], s->dv[layer],
+				      qpos[n - 1] + 1);
+	}
+	np = kvt_seq_pages(e->p, s->seq, layer);
+	if (np < 0)
+		return np;
+	j.n_pages = (unsigned)np;
+	j.n_tasks = j.n_pages < e->nthreads ? j.n_pages : e->nthreads;
+	for (i = 0; i < e->nthreads; i++)
+		set_rows(&e->acc[i], n);
+	if (j.n_tasks)
+		kvt_pool_run(e->pool, attn_task, &j, j.n_tasks);
+	if (j.err)
+		return j.err;
+	for (i = 1; i < e->nthreads; i++)
+		kvt_attn_merge(&e->acc[0], &e->acc[i]);
+	kvt_attn_finish(&e->acc[0], out);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Forward
+ */
+
+static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+		    unsigned r0, unsigned n, uint32_t pos0)
+{
+	size_t row = (size_t)e->kv_dim * e->kvb;
+	const void *k, *v;
+
+	if (e->ep.kv_type == KVT_KV_F16) {
+		k = e->kh + (size_t)r0 * e->kv_dim;
+		v = e->vh + (size_t)r0 * e->kv_dim;
+	} else {
+		k = e->k + (size_t)r0 * e->kv_dim;
+		v = e->v + (size_t)r0 * e->kv_dim;
+	}
+	if (e->ep.dense) {
+		memcpy(s->dk[layer] + pos0 * row, k, n * row);
+		memcpy(s->dv[layer] + pos0 * row, v, n * row);
+		return 0;
+	}
+	return kvt_seq_append(e->p, s->seq, layer, k, v, n);
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+/* Run rows tok[0..R) through the model; the spans say which session owns
+ * which rows (their positions continue each session's length). On return
+ * each span's session that is still fine has its tokens appended and the
+ * logits of its last row. Session errors are recorded in the session;
+ * the return is -errno only for a failure of the whole step. */
+static int forward(struct kvt_engine *e, struct span *sp, unsigned nsp, const int32_t *tok,
+		   unsigned R)
+{
+	const struct kvt_model *m = e->m;
+	const struct kvt_hparams *hp = &m->hp;
+	const size_t E = hp->n_embd, KV = e->kv_dim;
+	unsigned l, r, i, live = 0;
+	int ret;
+
+	if (e->p)
+		kvt_pager_step(e->p);
+	for (i = 0; i < nsp; i++)
+		for (r = 0; r < sp[i].n; r++)
+			e->pos[sp[i].r0 + r] = sp[i].s->len + r;
+	for (r = 0; r < R; r++)
+		kvt_mat_row(e->x + r * E, &m->tok_embd, (uint32_t)tok[r]);
+
+	for (l = 0; l < hp->n_layer; l++) {
+		const struct kvt_layer *L = &m->layers[l];
+
+		for (r = 0; r < R; r++)
+			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->attn_norm, hp->n_embd, hp->rms_eps);
+		if ((ret = kvt_matmul(e->pool, e->q, e->xn, R, &L->wq)) ||
+		    (ret = kvt_matmul(e->pool, e->k, e->xn, R, &L->wk)) ||
+		    (ret = kvt_matmul(e->pool, e->v, e->xn, R, &L->wv)))
+			return ret;
+		for (r = 0; r < R; r++) {
+			kvt_rope(e->q + r * E, hp->n_head, hp->head_dim, hp->rope_dim, e->pos[r],
+				 hp->rope_theta, hp->rope_freq_scale);
+			kvt_rope(e->k + r * KV, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->pos[r],
+				 hp->rope_theta, hp->rope_freq_scale);
+		}
+		if (e->ep.kv_type == KVT_KV_F16) {
+			kvt_f32_to_f16(e->kh, e->k, R * KV);
+			kvt_f32_to_f16(e->vh, e->v, R * KV);
+		}
+		for (i = 0; i < nsp; i++) {
+			struct span *p = &sp[i];
+
+			if (p->s->err)
+				continue;
+			ret = store_kv(e, p->s, l, p->r0, p->n, p->s->len);
+			if (!ret)
+				ret = attend(e, p->s, l, e->q + p->r0 * E, e->pos + p->r0, p->n,
+					     e->att + p->r0 * E);
+			if (ret) {
+				p->s->err = ret;
+				memset(e->att + p->r0 * E, 0, p->n * E * sizeof(float));
+			}
+		}
+		if ((ret = kvt_matmul(e->pool, e->tmp, e->att, R, &L->wo)))
+			return ret;
+		add_rows(e->x, e->tmp, R * E);
+
+		for (r = 0; r < R; r++)
+			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->ffn_norm, hp->n_embd, hp->rms_eps);
+		if ((ret = kvt_matmul(e->pool, e->g, e->xn, R, &L->w_gate)) ||
+		    (ret = kvt_matmul(e->pool, e->u, e->xn, R, &L->w_up)))
+			return ret;
+		kvt_swiglu(e->g, e->u, R * hp->n_ff);
+		if ((ret = kvt_matmul(e->pool, e->tmp, e->g, R, &L->w_down)))
+			return ret;
+		add_rows(e->x, e->tmp, R * E);
+	}
+
+	/* The head, for the last row of each span only. */
+	for (i = 0; i < nsp; i++)
+		kvt_rmsnorm(e->xn + i * E, e->x + (sp[i].r0 + sp[i].n - 1) * E, m->out_norm,
+			    hp->n_embd, hp->rms_eps);
+	if ((ret = kvt_matmul(e->pool, e->logits, e->xn, nsp, &m->output)))
+		return ret;
+	for (i = 0; i < nsp; i++) {
+		struct kvt_session *s = sp[i].s;
+
+		if (s->err)
+			continue;
+		memcpy(s->tokens + s->len, tok + sp[i].r0, sp[i].n * sizeof(int32_t));
+		s->len += sp[i].n;
+		memcpy(s->logits, e->logits + (size_t)i * hp->n_vocab, hp->n_vocab * sizeof(float));
+		s->have_logits = 1;
+		live++;
+	}
+	return (int)live;
+}
+
+static int check_tokens(const struct kvt_engine *e, const int32_t *t, unsigned n)
+{
+	unsigned i;
+
+	for (i = 0; i < n; i++)
+		if (t[i] < 0 || (uint32_t)t[i] >= e->m->hp.n_vocab)
+			return -EINVAL;
+	return 0;
+}
+
+int kvt_eval(struct kvt_engine *e, struct kvt_session *s, const int32_t *tokens,
+	     unsigned n, void (*progress)(void *arg, unsigned done), void *arg)
+{
+	unsigned done = 0;
+	int ret;
+
+	if (s->err)
+		return s->err;
+	if ((uint64_t)s->len + n > e->ep.n_ctx)
+		return -ERANGE;
+	if ((ret = check_tokens(e, tokens, n)))
+		return ret;
+	while (done < n) {
+		struct span sp = { .s = s, .r0 = 0 };
+
+		sp.n = n - done < e->ep.chunk ? n - done : e->ep.chunk;
+		ret = forward(e, &sp, 1, tokens + done, sp.n);
+		if (ret < 0)
+			return ret;
+		if (s->err)
+			return s->err;
+		done += sp.n;
+		if (progress)
+			progress(arg, done);
+	}
+	return 0;
+}
+
+int kvt_decode(struct kvt_engine *e, struct kvt_session *const *ss, const int32_t *tokens,
+	       unsigned n)
+{
+	struct span sp[64];
+	int32_t tk[64];
+	unsigned i, done = 0, live = 0;
+	int ret;
+
+	while (done < n) {
+		unsigned cnt = 0, lim = e->ep.max_batch < 64 ? e->ep.max_batch : 64;
+
+		for (i = done; i < n && cnt < lim; i++) {
+			struct kvt_session *s = ss[i];
+
+			if (s->err)
+				continue;
+			if (s->len + 1 > e->ep.n_ctx) {
+				s->err = -ERANGE;
+				continue;
+			}
+			if (check_tokens(e, &tokens[i], 1)) {
+				s->err = -EINVAL;
+				continue;
+			}
+			sp[cnt] = (struct span){ .s = s, .r0 = cnt, .n = 1 };
+			tk[cnt++] = tokens[i];
+		}
+		done = i;
+		if (!cnt)
+			continue;
+		ret = forward(e, sp, cnt, tk, cnt);
+		if (ret < 0)
+			return ret;
+		live += (unsigned)ret;
+	}
+	return (int)live;
+}
+
+int kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsigned n,
+			    uint64_t seed)
+{
+	const size_t KV = e->kv_dim;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+	unsigned done = 0, l;
+	int ret;
+
+	if (s->err)
+		return s->err;
+	if ((uint64_t)s->len + n > e->ep.n_ctx)
+		return -ERANGE;
+	while (done < n) {
+		unsigned c = n - done < e->max_rows ? n - done : e->max_rows;
+		size_t i;
+
+		for (l = 0; l < e->m->hp.n_layer; l++) {
+			/* values in [-1, 1): what rotated keys and values look like in scale */
+			for (i = 0; i < c * KV; i++) {
+				x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+				e->k[i] = (float)(x >> 40) / (float)(1 << 23) - 1.0f;
+				e->v[i] = (float)((x >> 16) & 0xffffff) / (float)(1 << 23) - 1.0f;
+			}
+			if (e->ep.kv_type == KVT_KV_F16) {
+				kvt_f32_to_f16(e->kh, e->k, c * KV);
+				kvt_f32_to_f16(e->vh, e->v, c * KV);
+			}
+			if ((ret = store_kv(e, s, l, 0, c, s->len))) {
+				s->err = ret;
+				return ret;
+			}
+		}
+		memset(s->tokens + s->len, 0, c * sizeof(int32_t));
+		s->len += c;
+		done += c;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Save and restore
+ */
+
+#define SESS_MAGIC	"KVTSESS"
+#define SESS_VERSION	1
+
+struct sess_hdr {
+	char	 magic[8];
+	uint32_t version;
+	uint32_t kv_type;
+	uint32_t n_layer, n_head_kv, head_dim, n_vocab;
+	uint64_t model_fp;		/* ties the file to the model's weights */
+	uint32_t len;
+	uint32_t has_logits;
+};
+
+/* A fingerprint of the model: its geometry and a sample of its weights. */
+static uint64_t model_fp(const struct kvt_model *m)
+{
+	const struct kvt_gguf *g = m->g;
+	uint64_t h = XXH3_64bits(&m->hp, sizeof(m->hp));
+	uint64_t i;
+
+	for (i = 0; i < g->n_tensors; i++) {
+		const struct kvt_gguf_tensor *t = &g->tensors[i];
+
+		h = XXH3_64bits_withSeed(t->data, t->nbytes < 256 ? t->nbytes : 256, h);
+	}
+	return h;
+}
+
+static int write_all(int fd, const void *p, size_t n, XXH3_state_t *st)
+{
+	const char *c = p;
+
+	XXH3_64bits_update(st, p, n);
+	while (n) {
+		ssize_t w = write(fd, c, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n, XXH3_state_t *st)
+{
+	char *c = p;
+	size_t want = n;
+
+	while (n) {
+		ssize_t r = read(fd, c, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ENODATA;
+		c += r;
+		n -= (size_t)r;
+	}
+	if (st)
+		XXH3_64bits_update(st, p, want);
+	return 0;
+}
+
+/* Gather one layer's K and V, (len, kv_dim) each, into k and v. */
+static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+			uint8_t *k, uint8_t *v)
+{
+	size_t row = (size_t)e->kv_dim * e->kvb;
+	struct kvt_batch *b;
+	struct kvt_view vw;
+	int r, err = 0;
+
+	if (e->ep.dense) {
+		memcpy(k, s->dk[layer], s->len * row);
+		memcpy(v, s->dv[layer], s->len * row);
+		return 0;
+	}
+	if ((r = kvt_acquire(e->p, s->seq, layer, NULL, 0, &b)))
+		return r;
+	while ((r = kvt_batch_next(b, &vw)) != 0) {
+		size_t at = (size_t)vw.page * e->page_tokens;
+
+		if (r < 0) {
+			err = r;
+			continue;
+		}
+		if (at + vw.ntok > s->len) {
+			err = -EIO;
+			continue;
+		}
+		memcpy(k + at * row, vw.k, vw.ntok * row);
+		memcpy(v + at * row, vw.v, vw.ntok * row);
+	}
+	kvt_batch_release(b);
+	return err;
+}
+
+int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *path,
+		     char *err, size_t errlen)
+{
+	const struct kvt_hparams *hp = &e->m->hp;
+	size_t bytes = (size_t)s->len * e->kv_dim * e->kvb;
+	struct sess_hdr h = {
+		.magic = SESS_MAGIC, .version = SESS_VERSION, .kv_type = (uint32_t)e->ep.kv_type,
+		.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+		.n_vocab = hp->n_vocab, .model_fp = model_fp(e->m), .len = s->len,
+		.has_logits = (uint32_t)s->have_logits,
+	};
+	XXH3_state_t *st = XXH3_createState();
+	uint8_t *k = malloc(bytes ? bytes : 1), *v = malloc(bytes ? bytes : 1);
+	char tmp[KVT_PATH_MAX + 8];
+	uint64_t sum;
+	unsigned l;
+	int fd = -1, ret;
+
+	if (!st || !k || !v) {
+		ret = efail(err, errlen, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if (s->err) {
+		ret = efail(err, errlen, s->err, "%s: the session has failed (%s)", path, strerror(-s->err));
+		goto out;
+	}
+	/* Write a temporary file and rename it, so a crash never leaves a torn session. */
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = efail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+		goto out;
+	}
+	XXH3_64bits_reset(st);
+	if ((ret = write_all(fd, &h, sizeof(h), st)) ||
+	    (ret = write_all(fd, s->tokens, s->len * sizeof(int32_t), st)) ||
+	    (s->have_logits && (ret = write_all(fd, s->logits, hp->n_vocab * sizeof(float), st))))
+		goto werr;
+	for (l = 0; l < hp->n_layer; l++) {
+		if ((ret = gather_layer(e, s, l, k, v))) {
+			efail(err, errlen, ret, "%s: cannot read layer %u of the session: %s",
+			      path, l, strerror(-ret));
+			goto unlink;
+		}
+		if ((ret = write_all(fd, k, bytes, st)) || (ret = write_all(fd, v, bytes, st)))
+			goto werr;
+	}
+	sum = XXH3_64bits_digest(st);
+	if ((ret = write_all(fd, &sum, sizeof(sum), st)))
+		goto werr;
+	if (fsync(fd) < 0) {
+		ret = -errno;
+		goto werr;
+	}
+	close(fd);
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		ret = efail(err, errlen, -errno, "%s: cannot rename %s into place: %s",
+			    path, tmp, strerror(errno));
+		goto unlink;
+	}
+	ret = 0;
+	goto out;
+werr:
+	efail(err, errlen, ret, "%s: write failed: %s", tmp, strerror(-ret));
+unlink:
+	unlink(tmp);
+out:
+	if (fd >= 0)
+		close(fd);
+	XXH3_freeState(st);
+	free(k);
+	free(v);
+	return ret;
+}
+
+int kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_session **out,
+			char *err, size_t errlen)
+{
+	const struct kvt_hparams *hp = &e->m->hp;
+	XXH3_state_t *st = XXH3_createState();
+	struct kvt_session *s = NULL;
+	struct sess_hdr h;
+	uint8_t *k = NULL, *v = NULL;
+	uint64_t sum, want;
+	size_t bytes;
+	unsigned l;
+	int fd, ret;
+
+	*out = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return efail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	if (!st) {
+		ret = efail(err, errlen, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	XXH3_64bits_reset(st);
+	if ((ret = read_all(fd, &h, sizeof(h), st)))
+		goto short_file;
+	if (memcmp(h.magic, SESS_MAGIC, sizeof(h.magic)) || h.version != SESS_VERSION) {
+		ret = efail(err, errlen, -EINVAL, "%s: not a kvtier session file (bad magic or version at offset 0)", path);
+		goto out;
+	}
+	if (h.kv_type != (uint32_t)e->ep.kv_type || h.n_layer != hp->n_layer ||
+	    h.n_head_kv != hp->n_head_kv || h.head_dim != hp->head_dim ||
+	    h.n_vocab != hp->n_vocab || h.model_fp != model_fp(e->m)) {
+		ret = efail(err, errlen, -EINVAL, "%s: the session was saved from another model or KV type", path);
+		goto out;
+	}
+	if (h.len > e->ep.n_ctx) {
+		ret = efail(err, errlen, -ERANGE, "%s: %u tokens do not fit a context of %u (raise the context size)",
+			    path, h.len, e->ep.n_ctx);
+		goto out;
+	}
+	if (h.has_logits > 1) {
+		ret = efail(err, errlen, -EINVAL, "%s: corrupt header at offset %zu", path,
+			    offsetof(struct sess_hdr, has_logits));
+		goto out;
+	}
+	if ((ret = kvt_session_new(e, &s))) {
+		efail(err, errlen, ret, "%s: cannot open a session: %s", path, strerror(-ret));
+		goto out;
+	}
+	bytes = (size_t)h.len * e->kv_dim * e->kvb;
+	if (!(k = malloc(bytes ? bytes : 1)) || !(v = malloc(bytes ? bytes : 1))) {
+		ret = efail(err, errlen, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if ((ret = read_all(fd, s->tokens, h.len * sizeof(int32_t), st)) ||
+	    (h.has_logits && (ret = read_all(fd, s->logits, hp->n_vocab * sizeof(float), st))))
+		goto short_file;
+	if ((ret = check_tokens(e, s->tokens, h.len))) {
+		efail(err, errlen, ret, "%s: a token id is out of the model's vocabulary", path);
+		goto out;
+	}
+	for (l = 0; l < hp->n_layer; l++) {
+		if ((ret = read_all(fd, k, bytes, st)) || (ret = read_all(fd, v, bytes, st)))
+			goto short_file;
+		if (e->ep.dense) {
+			memcpy(s->dk[l], k, bytes);
+			memcpy(s->dv[l], v, bytes);
+		} else if (h.len && (ret = kvt_seq_append(e->p, s->seq, l, k, v, h.len))) {
+			efail(err, errlen, ret, "%s: cannot store layer %u: %s", path, l, strerror(-ret));
+			goto out;
+		}
+	}
+	want = XXH3_64bits_digest(st);
+	if ((ret = read_all(fd, &sum, sizeof(sum), NULL)))
+		goto short_file;
+	if (sum != want) {
+		ret = efail(err, errlen, -EINVAL, "%s: checksum mismatch: the file is corrupt", path);
+		goto out;
+	}
+	if (read(fd, &sum, 1) != 0) {
+		ret = efail(err, errlen, -EINVAL, "%s: trailing bytes after the checksum", path);
+		goto out;
+	}
+	s->len = h.len;
+	s->have_logits = (int)h.has_logits;
+	*out = s;
+	s = NULL;
+	ret = 0;
+	goto out;
+short_file:
+	if (ret == -ENODATA)
+		ret = efail(err, errlen, -EINVAL, "%s: truncated at offset %lld", path,
+			    (long long)lseek(fd, 0, SEEK_CUR));
+	else
+		efail(err, errlen, ret, "%s: read failed: %s", path, strerror(-ret));
+out:
+	if (s)
+		kvt_session_free(e, s);
+	free(k);
+	free(v);
+	XXH3_freeState(st);
+	close(fd);
+	return ret;
+}

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Llama-family model loading (see runtime/model.h).
+ *
+ * Every number the forward pass will use is checked here, once: the
+ * geometry read from the metadata must agree with the shape of every
+ * tensor, so the kernels can trust n_in and n_out without re-checking.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/gguf.h"
+#include "runtime/model.h"
+#include "runtime/tokenizer.h"
+
+typedef unsigned long long ull;
+
+struct ld {
+	struct kvt_model *m;
+	const char *path;
+	char *err;
+	size_t errlen;
+};
+
+static int fail(struct ld *l, int ret, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (l->err && l->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		snprintf(l->err, l->errlen, "%s: %s", l->path, msg);
+	}
+	return ret;
+}
+
+/* An unsigned metadata value stored as any integer type. */
+static int get_uint(struct ld *l, const char *key, uint32_t *v, int required)
+{
+	const struct kvt_gguf_kv *kv = kvt_gguf_find_kv(l->m->g, key);
+	uint64_t x = 0;
+
+	if (!kv) {
+		if (required)
+			return fail(l, -EINVAL, "metadata key %s is missing", key);
+		return 0;
+	}
+	if (kv->type == KVT_GGUF_U32 || kv->type == KVT_GGUF_I32) {
+		uint32_t t;
+
+		memcpy(&t, kv->data, 4);
+		if (kv->type == KVT_GGUF_I32 && (int32_t)t < 0)
+			goto bad;
+		x = t;
+	} else if (kv->type == KVT_GGUF_U64 || kv->type == KVT_GGUF_I64) {
+		memcpy(&x, kv->data, 8);
+	} else if (kv->type == KVT_GGUF_U16 || kv->type == KVT_GGUF_U8) {
+		uint16_t t = 0;
+
+		memcpy(&t, kv->data, kv->type == KVT_GGUF_U16 ? 2 : 1);
+		x = t;
+	} else {
+		return fail(l, -EINVAL, "metadata key %s at offset %llu is not an integer",
+			    key, (ull)kv->off);
+	}
+	if (x == 0 || x > (1u << 30))
+		goto bad;
+	*v = (uint32_t)x;
+	return 0;
+bad:
+	return fail(l, -EINVAL, "metadata key %s at offset %llu: %llu is out of range 1..2^30",
+		    key, (ull)kv->off, (ull)x);
+}
+
+static int get_float(struct ld *l, const char *key, float *v)
+{
+	const struct kvt_gguf_kv *kv = kvt_gguf_find_kv(l->m->g, key);
+
+	if (!kv)
+		return 0;
+	if (kv->type == KVT_GGUF_F32) {
+		memcpy(v, kv->data, 4);
+	} else if (kv->type == KVT_GGUF_F64) {
+		double d;
+
+		memcpy(&d, kv->data, 8);
+		*v = (float)d;
+	} else {
+		return fail(l, -EINVAL, "metadata key %s at offset %llu is not a float",
+			    key, (ull)kv->off);
+	}
+	if (!isfinite(*v) || *v <= 0)
+		return fail(l, -EINVAL, "metadata key %s at offset %llu: %g is not a positive number",
+			    key, (ull)kv->off, (double)*v);
+	return 0;
+}
+
+static int str_eq(const struct kvt_gguf_str *s, const char *c)
+{
+	return s->len == strlen(c) && !memcmp(s->ptr, c, s->len);
+}
+
+/* A 2-D weight of shape (n_out, n_in), ne = { n_in, n_out }. */
+static int mat(struct ld *l, const char *name, uint32_t n_in, uint32_t n_out,
+	       struct kvt_mat *w, int optional)
+{
+	const struct kvt_gguf_tensor *t = kvt_gguf_find_tensor(l->m->g, name);
+
+	if (!t) {
+		if (optional)
+			return 1;
+		return fail(l, -EINVAL, "tensor %s is missing", name);
+	}
+	if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has shape [%llu, %llu, %llu, %llu], expected [%u, %u]",
+			    name, (ull)t->info_off, (ull)t->ne[0], (ull)t->ne[1],
+			    (ull)t->ne[2], (ull)t->ne[3], n_in, n_out);
+	w->data = t->data;
+	w->type = t->type;
+	w->n_in = n_in;
+	w->n_out = n_out;
+	return 0;
+}
+
+/* A norm vector, copied to f32 whatever its stored type. */
+static int norm(struct ld *l, const char *name, uint32_t n, float **out)
+{
+	const struct kvt_gguf_tensor *t = kvt_gguf_find_tensor(l->m->g, name);
+	struct kvt_mat w;
+	uint32_t i;
+
+	if (!t)
+		return fail(l, -EINVAL, "tensor %s is missing", name);
+	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has %llu values, expected %u",
+			    name, (ull)t->info_off, (ull)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]), n);
+	if (!(*out = malloc(n * sizeof(float))))
+		return fail(l, -ENOMEM, "out of memory");
+	w = (struct kvt_mat){ .data = t->data, .type = t->type, .n_in = n, .n_out = 1 };
+	kvt_mat_row(*out, &w, 0);
+	for (i = 0; i < n; i++)
+		if (!isfinite((*out)[i]))
+			return fail(l, -EINVAL, "tensor %s (info at offset %llu): value %u is not finite",
+				    name, (ull)t->info_off, i);
+	return 0;
+}
+
+static int load_hparams(struct ld *l)
+{
+	struct kvt_hparams *hp = &l->m->hp;
+	struct kvt_gguf_str s;
+	const struct kvt_gguf_tensor *emb;
+	float factor = 0;
+	int ret;
+
+	if (kvt_gguf_get_str(l->m->g, "general.architecture", &s))
+		return fail(l, -EINVAL, "metadata key general.architecture is missing or not a string");
+	if (!str_eq(&s, "llama"))
+		return fail(l, -EINVAL, "architecture \"%.*s\" is not supported (only llama)",
+			    (int)(s.len > 64 ? 64 : s.len), s.ptr);
+	if ((ret = get_uint(l, "llama.block_count", &hp->n_layer, 1)) ||
+	    (ret = get_uint(l, "llama.embedding_length", &hp->n_embd, 1)) ||
+	    (ret = get_uint(l, "llama.feed_forward_length", &hp->n_ff, 1)) ||
+	    (ret = get_uint(l, "llama.attention.head_count", &hp->n_head, 1)) ||
+	    (ret = get_uint(l, "llama.context_length", &hp->n_ctx_train, 1)))
+		return ret;
+	hp->n_head_kv = hp->n_head;
+	if ((ret = get_uint(l, "llama.attention.head_count_kv", &hp->n_head_kv, 0)))
+		return ret;
+	if (hp->n_embd % hp->n_head)
+		return fail(l, -EINVAL, "llama.embedding_length %u is not a multiple of llama.attention.head_count %u",
+			    hp->n_embd, hp->n_head);
+	if (hp->n_head % hp->n_head_kv)
+		return fail(l, -EINVAL, "llama.attention.head_count %u is not a multiple of head_count_kv %u",
+			    hp->n_head, hp->n_head_kv);
+	hp->head_dim = hp->n_embd / hp->n_head;
+	hp->rope_dim = hp->head_dim;
+	if ((ret = get_uint(l, "llama.rope.dimension_count", &hp->rope_dim, 0)))
+		return ret;
+	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+		return fail(l, -EINVAL, "llama.rope.dimension_count %u must be even and at most the head size %u",
+			    hp->rope_dim, hp->head_dim);
+	hp->rope_theta = 10000.0f;
+	hp->rms_eps = 1e-5f;
+	if ((ret = get_float(l, "llama.rope.freq_base", &hp->rope_theta)) ||
+	    (ret = get_float(l, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps)))
+		return ret;
+
+	/* RoPE scaling: linear only (positions divided by the factor). */
+	hp->rope_freq_scale = 1.0f;
+	if (!kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) &&
+	    !str_eq(&s, "none") && !str_eq(&s, "linear"))
+		return fail(l, -EINVAL, "llama.rope.scaling.type \"%.*s\" is not supported (none or linear)",
+			    (int)(s.len > 32 ? 32 : s.len), s.ptr);
+	if ((ret = get_float(l, "llama.rope.scaling.factor", &factor)) ||
+	    (!factor && (ret = get_float(l, "llama.rope.scale_linear", &factor))))
+		return ret;
+	if (factor && !(kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) == 0 &&
+			str_eq(&s, "none")))
+		hp->rope_freq_scale = 1.0f / factor;
+
+	emb = kvt_gguf_find_tensor(l->m->g, "token_embd.weight");
+	if (!emb)
+		return fail(l, -EINVAL, "tensor token_embd.weight is missing");
+	if (emb->ne[1] == 0 || emb->ne[1] > (1u << 30))
+		return fail(l, -EINVAL, "tensor token_embd.weight (info at offset %llu): vocabulary of %llu",
+			    (ull)emb->info_off, (ull)emb->ne[1]);
+	hp->n_vocab = (uint32_t)emb->ne[1];
+	return 0;
+}
+
+static int load_weights(struct ld *l)
+{
+	struct kvt_model *m = l->m;
+	const struct kvt_hparams *hp = &m->hp;
+	uint32_t kv_dim = hp->head_dim * hp->n_head_kv, i;
+	char name[96];
+	int ret;
+
+	if (!(m->layers = calloc(hp->n_layer, sizeof(*m->layers))))
+		return fail(l, -ENOMEM, "out of memory");
+	if ((ret = mat(l, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd, 0)) ||
+	    (ret = norm(l, "output_norm.weight", hp->n_embd, &m->out_norm)))
+		return ret;
+	ret = mat(l, "output.weight", hp->n_embd, hp->n_vocab, &m->output, 1);
+	if (ret < 0)
+		return ret;
+	m->tied = ret == 1;
+	if (m->tied)
+		m->output = m->tok_embd;
+
+	for (i = 0; i < hp->n_layer; i++) {
+		struct kvt_layer *L = &m->layers[i];
+#define T(s) (snprintf(name, sizeof(name), "blk.%u." s, i), name)
+		if ((ret = norm(l, T("attn_norm.weight"), hp->n_embd, &L->attn_norm)) ||
+		    (ret = norm(l, T("ffn_norm.weight"), hp->n_embd, &L->ffn_norm)) ||
+		    (ret = mat(l, T("attn_q.weight"), hp->n_embd, hp->n_embd, &L->wq, 0)) ||
+		    (ret = mat(l, T("attn_k.weight"), hp->n_embd, kv_dim, &L->wk, 0)) ||
+		    (ret = mat(l, T("attn_v.weight"), hp->n_embd, kv_dim, &L->wv, 0)) ||
+		    (ret = mat(l, T("attn_output.weight"), hp->n_embd, hp->n_embd, &L->wo, 0)) ||
+		    (ret = mat(l, T("ffn_gate.weight"), hp->n_embd, hp->n_ff, &L->w_gate, 0)) ||
+		    (ret = mat(l, T("ffn_up.weight"), hp->n_embd, hp->n_ff, &L->w_up, 0)) ||
+		    (ret = mat(l, T("ffn_down.weight"), hp->n_ff, hp->n_embd, &L->w_down, 0)))
+			return ret;
+#undef T
+	}
+	for (i = 0; i < m->g->n_tensors; i++)
+		m->weight_bytes += m->g->tensors[i].nbytes;
+	snprintf(m->type, sizeof(m->type), "%s",
+		 kvt_ggml_type_name(hp->n_layer ? m->layers[0].wq.type : m->tok_embd.type));
+	return 0;
+}
+
+int kvt_model_load(const char *path, struct kvt_model **out, char *err, size_t errlen)
+{
+	struct kvt_model *m = calloc(1, sizeof(*m));
+	struct ld l = { .m = m, .path = path, .err = err, .errlen = errlen };
+	struct kvt_gguf_str s;
+	const char *base;
+	int ret;
+
+	*out = NULL;
+	if (!m)
+		return fail(&l, -ENOMEM, "out of memory");
+	ret = kvt_gguf_open(path, &m->g, err, errlen);	/* its message names the file */
+	if (ret)
+		goto fail;
+	if ((ret = load_hparams(&l)) || (ret = load_weights(&l)))
+		goto fail;
+	ret = kvt_tokenizer_load(m->g, &m->tok, err, errlen);
+	if (ret)
+		goto fail;
+	if (kvt_tokenizer_n_vocab(m->tok) != m->hp.n_vocab) {
+		ret = fail(&l, -EINVAL, "tokenizer.ggml.tokens has %u entries but token_embd.weight has %u rows",
+			   kvt_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+		goto fail;
+	}
+	base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	if (!kvt_gguf_get_str(m->g, "general.name", &s))
+		snprintf(m->name, sizeof(m->name), "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
+	else
+		snprintf(m->name, sizeof(m->name), "%s", base);
+	*out = m;
+	return 0;
+fail:
+	kvt_model_free(m);
+	return ret;
+}
+
+void kvt_model_free(struct kvt_model *m)
+{
+	uint32_t i;
+
+	if (!m)
+		return;
+	if (m->layers)
+		for (i = 0; i < m->hp.n_layer; i++) {
+			free(m->layers[i].attn_norm);
+			free(m->layers[i].ffn_norm);
+		}
+	free(m->layers);
+	free(m->out_norm);
+	kvt_tokenizer_free(m->tok);
+	kvt_gguf_close(m->g);
+	free(m);
+}
+
+uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, unsigned kv_bytes)
+{
+	return (uint64_t)m->hp.n_layer * 2 * m->hp.n_head_kv * m->hp.head_dim * kv_bytes;
+}

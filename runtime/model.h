@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A Llama-family model built from a GGUF file: hyperparameters from the
+ * metadata, weights pointing into the read-only mapping (nothing is copied
+ * but the norm vectors, kept as f32), and the tokenizer.
+ */
+#ifndef KVT_RUNTIME_MODEL_H
+#define KVT_RUNTIME_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kernels.h"
+
+struct kvt_gguf;
+struct kvt_tokenizer;
+
+struct kvt_hparams {
+	uint32_t n_layer;
+	uint32_t n_embd;		/* model width */
+	uint32_t n_head, n_head_kv;	/* query heads, KV heads (GQA when fewer) */
+	uint32_t head_dim;		/* n_embd / n_head */
+	uint32_t n_ff;			/* feed-forward width */
+	uint32_t n_vocab;
+	uint32_t n_ctx_train;		/* llama.context_length */
+	uint32_t rope_dim;		/* rotated dims per head */
+	float	 rope_theta;		/* llama.rope.freq_base */
+	float	 rope_freq_scale;	/* 1 / linear scaling factor */
+	float	 rms_eps;
+};
+
+struct kvt_layer {
+	float *attn_norm, *ffn_norm;		/* (n_embd) */
+	struct kvt_mat wq, wk, wv, wo;		/* (n_embd | kv_dim, n_embd) */
+	struct kvt_mat w_gate, w_up;		/* (n_ff, n_embd) */
+	struct kvt_mat w_down;			/* (n_embd, n_ff) */
+};
+
+struct kvt_model {
+	struct kvt_gguf *g;		/* owns the mapping the weights point into */
+	struct kvt_hparams hp;
+	struct kvt_mat tok_embd;	/* (n_vocab, n_embd) */
+	struct kvt_layer *layers;	/* (n_layer) */
+	float *out_norm;		/* (n_embd) */
+	struct kvt_mat output;		/* (n_vocab, n_embd); token_embd when tied */
+	int tied;			/* no output.weight: the head is token_embd */
+	struct kvt_tokenizer *tok;
+	uint64_t weight_bytes;		/* bytes of tensor data */
+	char name[64];			/* general.name, or the file's base name */
+	char type[16];			/* weight type of the big matrices, e.g. "f16" */
+};
+
+/* Map and check a GGUF Llama model. 0, or -errno with one line in err:
+ * -ENOENT/-EACCES for the file, -EINVAL for a malformed file, an
+ * architecture other than llama, a missing or misshapen tensor (named,
+ * with its offset in the file), an unsupported rope scaling; -ENOMEM. */
+int  kvt_model_load(const char *path, struct kvt_model **out, char *err, size_t errlen);
+void kvt_model_free(struct kvt_model *m);
+
+/* Bytes of K and V for one token over all layers, at kv_bytes per value. */
+uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, unsigned kv_bytes);
+
+#endif

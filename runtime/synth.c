@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Synthetic Llama models (see runtime/synth.h). Tensors are named and
+ * shaped as llama.cpp expects (ne[0] is the contiguous dimension); norm
+ * weights are 1 and stay f32 whatever the matrix type, as llama.cpp's
+ * converter keeps them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "runtime/gguf.h"
+#include "runtime/synth.h"
+
+#define N_SPECIAL 3	/* <unk>, <s>, </s> */
+#define N_BYTE_VOCAB (N_SPECIAL + 256)
+#define N_CHAR_VOCAB (N_BYTE_VOCAB + 1 + 94)	/* + U+2581 and '!'..'~' */
+
+/* Every buffer handed to the writer, which borrows them until it writes. */
+struct bufs {
+	void **p;		/* (n) */
+	size_t n, cap;
+	int err;
+};
+
+struct rng {
+	uint64_t s;
+};
+
+/* splitmix64: the same stream for a seed on every platform. */
+static uint64_t rng_next(struct rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [-a, a). */
+static float rng_uniform(struct rng *r, float a)
+{
+	return ((float)(rng_next(r) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * a;
+}
+
+static void *keep(struct bufs *b, size_t bytes)
+{
+	void *p;
+
+	if (b->err)
+		return NULL;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 64;
+		void **np = realloc(b->p, cap * sizeof(*np));
+
+		if (!np)
+			goto nomem;
+		b->p = np;
+		b->cap = cap;
+	}
+	if (!(p = calloc(1, bytes ? bytes : 1)))
+		goto nomem;
+	b->p[b->n++] = p;
+	return p;
+nomem:
+	b->err = -ENOMEM;
+	return NULL;
+}
+
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);	/* round to nearest even */
+}
+
+/* A 2-D weight (ne0 = fan-in contiguous) of random values, or a norm of ones. */
+static void add_weight(struct kvt_gguf_writer *w, struct bufs *b, struct rng *r,
+		       const struct kvt_synth *s, const char *name, uint64_t ne0, uint64_t ne1,
+		       int norm)
+{
+	uint64_t ne[2] = { ne0, ne1 }, i, n = ne0 * ne1;
+	uint32_t type = norm ? KVT_GGML_F32 : s->type;
+	float a = 1.0f / sqrtf((float)ne0);
+	uint64_t bytes = 0;
+	void *d;
+
+	if (kvt_ggml_nbytes(type, 2, ne, &bytes)) {
+		b->err = b->err ? b->err : -EINVAL;
+		return;
+	}
+	if (!(d = keep(b, bytes)))
+		return;
+	if (type == KVT_GGML_Q8_0) {
+		uint8_t *blk = d;
+
+		for (i = 0; i < n; i += 32, blk += 34) {
+			float v[32], amax = 0, dq;
+			uint16_t h;
+			int j;
+
+			for (j = 0; j < 32; j++) {
+				v[j] = rng_uniform(r, a);
+				amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+			}
+			dq = amax / 127.0f;
+			kvt_f32_to_f16(&h, &dq, 1);
+			memcpy(blk, &h, 2);
+			for (j = 0; j < 32; j++)
+				blk[2 + j] = (uint8_t)(int8_t)lrintf(dq ? v[j] / dq : 0);
+		}
+	} else {
+		for (i = 0; i < n; i++) {
+			float v = norm ? 1.0f : rng_uniform(r, a);
+
+			if (type == KVT_GGML_F32)
+				((float *)d)[i] = v;
+			else if (type == KVT_GGML_F16)
+				kvt_f32_to_f16((uint16_t *)d + i, &v, 1);
+			else
+				((uint16_t *)d)[i] = to_bf16(v);
+		}
+	}
+	kvt_gguf_add_tensor(w, name, norm ? 1 : 2, ne, type, d);
+}
+
+/*
+ * The prose the vocabulary's pieces are learnt from (ASCII). Changing it
+ * changes the vocabulary of every model written from then on.
+ */
+static const char corpus[] =
+	"The town sits in a valley between two rivers, and for most of the year the "
+	"weather is mild. In the spring the fields turn green, the farmers plant their "
+	"crops, and the children walk to school along the river road. There is a small "
+	"library near the market, a bakery that opens before the sun comes up, and a "
+	"station where the morning train stops for a few minutes on its way to the city.\n"
+	"People who live here like to say that nothing ever happens, but that is not "
+	"quite true. Every summer there is a fair with music and dancing, and in the "
+	"autumn the whole town comes together to bring in the harvest. The oldest house "
+	"was built more than three hundred years ago, and it is still standing today. "
+	"Its walls are made of stone, and the roof was repaired after a storm in the "
+	"winter of the year when the river froze.\n"
+	"A computer keeps the data it is working on in memory, which is fast but small, "
+	"and the rest on a disk, which is large but slow. When a program needs a page "
+	"that is not in memory, the system has to read it from the disk, and the program "
+	"must wait. A good cache keeps the pages that will be used again soon and moves "
+	"the others out of the way, so that most of the time the data is already where "
+	"it is needed. Choosing which page to move is a question that has been studied "
+	"for many years, and there is still no single answer that works best for every "
+	"kind of work.\n"
+	"Language models read text as a sequence of tokens. Each token is a short piece "
+	"of a word, a whole word, or a mark of punctuation, and the model learns which "
+	"token is likely to come next. For every new token it must look back at all of "
+	"the tokens before it, and the keys and values it computed for them are kept so "
+	"that they do not have to be computed again. As the text grows longer, this "
+	"store of keys and values can become larger than the memory of the device, and "
+	"then some of it has to be moved to slower memory and brought back when it is "
+	"needed.\n"
+	"She opened the window and looked out at the garden. The rain had stopped, and "
+	"the air smelled of wet earth and cut grass. Somewhere a dog was barking, and a "
+	"bird was singing in the tall tree by the gate. She thought about the letter "
+	"that had arrived that morning, and about what she would say when she wrote back. "
+	"It was not an easy question, and she did not want to answer it in a hurry. "
+	"Instead she made a cup of tea, sat down at the kitchen table, and began to read "
+	"the letter again from the beginning.\n"
+	"To make bread, mix the flour with water, salt and a little yeast, and knead the "
+	"dough for about ten minutes until it is smooth. Leave it in a warm place for an "
+	"hour or two, until it has doubled in size. Then shape it into a loaf, let it "
+	"rise once more, and bake it in a hot oven until the crust is brown and the loaf "
+	"sounds hollow when you tap it on the bottom. Good bread needs time more than "
+	"it needs skill, and the best way to learn is to make it often.\n"
+	"The history of the world is often told as a story of kings and wars, but most "
+	"of the people who ever lived were farmers, traders and workers whose names were "
+	"never written down. They built the roads, raised the children, and kept the "
+	"old songs and stories alive from one generation to the next. What we know about "
+	"their lives comes from the things they left behind: tools, houses, letters, and "
+	"the shape of the land they worked.\n"
+	"When you travel to a new country, it helps to learn a few words of the language "
+	"before you go. People are usually glad when a visitor makes the effort, even if "
+	"the words come out wrong. Take a map, carry some water, and do not try to see "
+	"everything in one day. The places you remember best are often the ones you "
+	"found by chance, while you were looking for something else.\n";
+
+/* Common English words, roughly most frequent first; learn_pieces() counts
+ * them as if each appeared twice more in the corpus, so that a larger
+ * vocabulary has whole words beyond those of the corpus. */
+static const char words[] =
+	"the of and to a in is it you that he was for on are with as I his "
+	"they be at one have this from or had by not word but what some we "
+	"can out other were all there when up use your how said an each "
+	"she which do their time if will way about many then them write "
+	"would like so these her long make thing see him two has look more "
+	"day could go come did number sound no most people my over know "
+	"water than call first who may down side been now find any new "
+	"work part take get place made live where after back little only "
+	"round man year came show every good me give our under name very "
+	"through just form sentence great think say help low line differ "
+	"turn cause much mean before move right boy old too same tell does "
+	"set three want air well also play small end put home read hand "
+	"port large spell add even land here must big high such follow act "
+	"why ask men change went light kind off need house picture try us "
+	"again animal point mother world near build self earth father head "
+	"stand own page should country found answer school grow study "
+	"still learn plant cover food sun four between state keep eye "
+	"never last let thought city tree cross farm hard start might "
+	"story saw far sea draw left late run while press close night real "
+	"life few north open seem together next white children begin got "
+	"walk example ease paper group always music those both mark often "
+	"letter until mile river car feet care second book carry took "
+	"science eat room friend began idea fish mountain stop once base "
+	"hear horse cut sure watch color face wood main enough plain girl "
+	"usual young ready above ever red list though feel talk bird soon "
+	"body dog family direct pose leave song measure door product black "
+	"short numeral class wind question happen complete ship area half "
+	"rock order fire south problem piece told knew pass since top "
+	"whole king space heard best hour better true during hundred five "
+	"remember step early hold west ground interest reach fast verb "
+	"sing listen six table travel less morning ten simple several "
+	"vowel toward war lay against pattern slow center love person "
+	"money serve appear road map rain rule govern pull cold notice "
+	"voice unit power town fine certain fly fall lead cry dark machine "
+	"note wait plan figure star box noun field rest correct able pound "
+	"done beauty drive stood contain front teach week final gave green "
+	"oh quick develop ocean warm free minute strong special mind "
+	"behind clear tail produce fact street inch multiply nothing "
+	"course stay wheel full force blue object decide surface deep moon "
+	"island foot system busy test record boat common gold possible "
+	"plane stead dry wonder laugh thousand ago ran check game shape "
+	"equate hot miss brought heat snow tire bring yes distant fill "
+	"east paint language among";
+
+/* Bytes of the longest piece learnt: longer ones are not formed. */
+#define PIECE_MAX 48
+
+/* A unit of the corpus that pieces never cross: a run of letters, of
+ * digits, or one other character; the first unit of a word starts with
+ * U+2581. */
+static int char_class(char c)
+{
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
+		return 0;
+	if (c >= '0' && c <= '9')
+		return 1;
+	return 2;
+}
+
+/* The ids of text (ASCII) into seq from n on, -1 between units; returns
+ * the new end. At most two ids a byte. */
+static size_t text_ids(const char *text, int32_t *seq, size_t n)
+{
+	size_t i;
+
+	for (i = 0; text[i]; i++) {
+		char c = text[i];
+
+		if (c < '!' || c > '~') {
+			seq[n++] = -1;
+			continue;
+		}
+		if (i == 0 || text[i - 1] < '!' || text[i - 1] > '~')
+			seq[n++] = N_BYTE_VOCAB;			/* U+2581 */
+		else if (char_class(c) != char_class(text[i - 1]) || char_class(c) == 2)
+			seq[n++] = -1;
+		seq[n++] = N_BYTE_VOCAB + 1 + (c - '!');
+	}
+	seq[n++] = -1;
+	return n;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Learn pieces from the corpus and the words by byte-pair encoding: start
+ * from their characters (ids in tok[]: U+2581 and '!'..'~'), then again
+ * and again join the adjacent pair seen most often (ties: the lowest pair
+ * of ids) into a new piece, until tok[] holds vocab entries or no pair is
+ * seen twice. The new pieces go to tok[first..], in the order learnt, and
+ * the id after the last is returned. A pair whose text is already a piece
+ * (learnt through another split) is joined into that piece, adding none.
+ */
+static unsigned learn_pieces(struct bufs *b, const char **tok, unsigned first, unsigned vocab)
+{
+	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i, j;
+	int32_t *seq = keep(b, max * sizeof(*seq));
+	uint64_t *pairs = keep(b, max * sizeof(*pairs));
+	unsigned nt = first, k;
+
+	if (b->err)
+		return first;
+
+	n = text_ids(corpus, seq, n);
+	n = text_ids(words, seq, n);
+	n = text_ids(words, seq, n);
+	while (nt < vocab) {
+		uint64_t best = 0;
+		size_t np = 0, run, best_run = 0;
+		int32_t l, r, id = -1;
+		char s[2 * PIECE_MAX + 1];
+		size_t ll, rl;
+
+		for (i = 0; i + 1 < n; i++)
+			if (seq[i] >= 0 && seq[i + 1] >= 0 &&
+			    strlen(tok[seq[i]]) + strlen(tok[seq[i + 1]]) <= PIECE_MAX)
+				pairs[np++] = (uint64_t)seq[i] << 32 | (uint32_t)seq[i + 1];
+		qsort(pairs, np, sizeof(*pairs), cmp_u64);
+		for (i = 0; i < np; i += run) {
+			for (run = 1; i + run < np && pairs[i + run] == pairs[i]; run++)
+				;
+			if (run > best_run) {
+				best_run = run;
+				best = pairs[i];
+			}
+		}
+		if (best_run < 2)
+			break;
+		l = (int32_t)(best >> 32);
+		r = (int32_t)(uint32_t)best;
+		ll = strlen(tok[l]);
+		rl = strlen(tok[r]);
+		memcpy(s, tok[l], ll);
+		memcpy(s + ll, tok[r], rl + 1);
+		for (k = N_BYTE_VOCAB; k < nt && id < 0; k++)
+			if (!strcmp(tok[k], s))
+				id = (int32_t)k;
+		if (id < 0) {
+			char *p = keep(b, ll + rl + 1);
+
+			if (!p)
+				break;
+			memcpy(p, s, ll + rl + 1);
+			tok[nt] = p;
+			id = (int32_t)nt++;
+		}
+		for (i = j = 0; i < n; i++) {
+			if (i + 1 < n && seq[i] == l && seq[i + 1] == r) {
+				seq[j++] = id;
+				i++;
+			} else {
+				seq[j++] = seq[i];
+			}
+		}
+		n = j;
+	}
+	return nt;
+}
+
+/*
+ * A SentencePiece-style vocabulary: <unk>, <s>, </s> (ids 0..2), the byte
+ * tokens <0x00>..<0xFF> (3..258), U+2581 (259), the printable ASCII
+ * characters '!'..'~' (260..353), then the pieces learn_pieces() finds,
+ * then "<extra_N>" fillers (unused) up to vocab. Scores are what
+ * SentencePiece's BPE models carry: a piece learnt k-th scores -k, so the
+ * tokenizer joins pieces in the order they were learnt; characters,
+ * bytes and specials never result from a join and score 0 or below all.
+ */
+static void add_vocab(struct kvt_gguf_writer *w, struct bufs *b, unsigned vocab)
+{
+	const char **tok = keep(b, vocab * sizeof(*tok));
+	float *score = keep(b, vocab * sizeof(*score));
+	int32_t *ttype = keep(b, vocab * sizeof(*ttype));
+	char *names = keep(b, (size_t)vocab * 24);
+	unsigned i, n_chars = 0, n_pieces = 0;
+
+	if (b->err)
+		return;
+	for (i = 0; i < vocab; i++) {
+		char *s = names + (size_t)i * 24;
+
+		if (i == 0)
+			snprintf(s, 24, "<unk>");
+		else if (i == 1)
+			snprintf(s, 24, "<s>");
+		else if (i == 2)
+			snprintf(s, 24, "</s>");
+		else if (i < N_BYTE_VOCAB)
+			snprintf(s, 24, "<0x%02X>", i - N_SPECIAL);
+		else if (i == N_BYTE_VOCAB)
+			snprintf(s, 24, "\xe2\x96\x81");
+		else if (i < N_CHAR_VOCAB)
+			snprintf(s, 24, "%c", '!' + (i - N_BYTE_VOCAB - 1));
+		else
+			s[0] = '\0';	/* a learnt piece or a filler, below */
+		tok[i] = s;
+	}
+	if (vocab > N_CHAR_VOCAB)
+		n_pieces = learn_pieces(b, tok, N_CHAR_VOCAB, vocab) - N_CHAR_VOCAB;
+	for (i = N_CHAR_VOCAB + n_pieces; i < vocab; i++) {
+		snprintf(names + (size_t)i * 24, 24, "<extra_%u>", i - N_CHAR_VOCAB - n_pieces);
+		tok[i] = names + (size_t)i * 24;
+	}
+	if (vocab > N_BYTE_VOCAB)
+		n_chars = (vocab < N_CHAR_VOCAB ? vocab : N_CHAR_VOCAB) - N_BYTE_VOCAB;
+	for (i = 0; i < vocab; i++) {
+		/* llama_token_type: 1 normal, 2 unknown, 3 control, 5 unused, 6 byte */
+		if (i < N_BYTE_VOCAB) {
+			score[i] = 0.0f;
+			ttype[i] = i == 0 ? 2 : i < N_SPECIAL ? 3 : 6;
+		} else if (i < N_BYTE_VOCAB + n_chars) {
+			score[i] = -1e6f;
+			ttype[i] = 1;
+		} else if (i < N_CHAR_VOCAB + n_pieces) {
+			score[i] = -(float)(i - N_CHAR_VOCAB);
+			ttype[i] = 1;
+		} else {
+			score[i] = -2e6f;
+			ttype[i] = 5;
+		}
+	}
+	kvt_gguf_add_str(w, "tokenizer.ggml.model", "llama");
+	kvt_gguf_add_str_arr(w, "tokenizer.ggml.tokens", tok, vocab);
+	kvt_gguf_add_f32_arr(w, "tokenizer.ggml.scores", score, vocab);
+	kvt_gguf_add_i32_arr(w, "tokenizer.ggml.token_type", ttype, vocab);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+}
+
+void kvt_synth_default(struct kvt_synth *s)
+{
+	*s = (struct kvt_synth){
+		.layers = 2, .dim = 64, .heads = 4, .ctx = 2048, .vocab = 512,
+		.seed = 1, .type = KVT_GGML_F32,
+	};
+}
+
+static int sfail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+int kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen)
+{
+	unsigned kvh = s->kv_heads ? s->kv_heads : s->heads;
+	unsigned ff = s->ff ? s->ff : 4 * s->dim;
+
+	if (!s->layers || !s->dim || !s->heads || !s->ctx)
+		return sfail(err, errlen, "layers, dim, heads and ctx must be positive");
+	if (s->dim % s->heads || (s->dim / s->heads) % 2)
+		return sfail(err, errlen, "dim %u must be a multiple of heads %u with an even head dimension",
+			     s->dim, s->heads);
+	if (kvh > s->heads || s->heads % kvh)
+		return sfail(err, errlen, "heads %u must be a multiple of kv-heads %u", s->heads, kvh);
+	if (s->vocab < KVT_SYNTH_MIN_VOCAB)
+		return sfail(err, errlen, "vocab must be at least %d", KVT_SYNTH_MIN_VOCAB);
+	if (s->type != KVT_GGML_F32 && s->type != KVT_GGML_F16 && s->type != KVT_GGML_BF16 &&
+	    s->type != KVT_GGML_Q8_0)
+		return sfail(err, errlen, "weight type must be f32, f16, bf16 or q8_0");
+	if (s->type == KVT_GGML_Q8_0 && (s->dim % 32 || ff % 32))
+		return sfail(err, errlen, "q8_0 needs dim and ff to be multiples of 32");
+	return 0;
+}
+
+int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size_t errlen)
+{
+	struct kvt_gguf_writer *w = NULL;
+	struct bufs b = { 0 };
+	struct rng r = { s->seed };
+	unsigned kvh = s->kv_heads ? s->kv_heads : s->heads;
+	unsigned ff = s->ff ? s->ff : 4 * s->dim;
+	unsigned hd, kv_dim, l;
+	char name[64];
+	int ret;
+
+	if ((ret = kvt_synth_check(s, err, errlen)))
+		return ret;
+	hd = s->dim / s->heads;
+	kv_dim = hd * kvh;
+	if ((ret = kvt_gguf_writer_new(&w))) {
+		sfail(err, errlen, "out of memory");
+		return ret;
+	}
+	kvt_gguf_add_str(w, "general.architecture", "llama");
+	kvt_gguf_add_str(w, "general.name", "kvtier synthetic");
+	kvt_gguf_add_u32(w, "general.file_type", s->type == KVT_GGML_F32 ? 0 :
+			 s->type == KVT_GGML_F16 ? 1 : s->type == KVT_GGML_Q8_0 ? 7 : 32);
+	kvt_gguf_add_u32(w, "llama.block_count", s->layers);
+	kvt_gguf_add_u32(w, "llama.context_length", s->ctx);
+	kvt_gguf_add_u32(w, "llama.embedding_length", s->dim);
+	kvt_gguf_add_u32(w, "llama.feed_forward_length", ff);
+	kvt_gguf_add_u32(w, "llama.attention.head_count", s->heads);
+	kvt_gguf_add_u32(w, "llama.attention.head_count_kv", kvh);
+	kvt_gguf_add_u32(w, "llama.rope.dimension_count", hd);
+	kvt_gguf_add_f32(w, "llama.rope.freq_base", 10000.0f);
+	kvt_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	kvt_gguf_add_u32(w, "llama.vocab_size", s->vocab);
+	add_vocab(w, &b, s->vocab);
+
+	add_weight(w, &b, &r, s, "token_embd.weight", s->dim, s->vocab, 0);
+	for (l = 0; l < s->layers; l++) {
+#define BLK(x) (snprintf(name, sizeof(name), "blk.%u." x, l), name)
+		add_weight(w, &b, &r, s, BLK("attn_norm.weight"), s->dim, 1, 1);
+		add_weight(w, &b, &r, s, BLK("attn_q.weight"), s->dim, s->dim, 0);
+		add_weight(w, &b, &r, s, BLK("attn_k.weight"), s->dim, kv_dim, 0);
+		add_weight(w, &b, &r, s, BLK("attn_v.weight"), s->dim, kv_dim, 0);
+		add_weight(w, &b, &r, s, BLK("attn_output.weight"), s->dim, s->dim, 0);
+		add_weight(w, &b, &r, s, BLK("ffn_norm.weight"), s->dim, 1, 1);
+		add_weight(w, &b, &r, s, BLK("ffn_gate.weight"), s->dim, ff, 0);
+		add_weight(w, &b, &r, s, BLK("ffn_up.weight"), s->dim, ff, 0);
+		add_weight(w, &b, &r, s, BLK("ffn_down.weight"), ff, s->dim, 0);
+#undef BLK
+	}
+	add_weight(w, &b, &r, s, "output_norm.weight", s->dim, 1, 1);
+	if (!s->tied)
+		add_weight(w, &b, &r, s, "output.weight", s->dim, s->vocab, 0);
+
+	if (b.err) {
+		sfail(err, errlen, "%s: out of memory", path);
+		ret = b.err;
+	} else
+		ret = kvt_gguf_writer_write(w, path, err, errlen);
+	kvt_gguf_writer_free(w);
+	while (b.n)
+		free(b.p[--b.n]);
+	free(b.p);
+	return ret;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Synthetic Llama models: a valid GGUF v3 file with seeded random weights
+ * for any geometry and a small SentencePiece-style vocabulary, so tests,
+ * benchmarks and `make run` need no download. kvt-mkmodel is its
+ * command-line face.
+ *
+ * The vocabulary ("llama"): <unk>, <s>, </s>, then the byte tokens
+ * <0x00>..<0xFF> (ids 3..258), U+2581 (the space), the printable ASCII
+ * characters, then pieces of English learnt from an embedded text, so any
+ * text round-trips and prose takes well under one token per byte;
+ * fillers once those run out. Below 260 tokens there is no U+2581 and
+ * spaces come back from decoding as U+2581.
+ */
+#ifndef KVT_RUNTIME_SYNTH_H
+#define KVT_RUNTIME_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVT_SYNTH_MIN_VOCAB	259	/* <unk>, <s>, </s> and the 256 byte tokens */
+
+struct kvt_synth {
+	unsigned layers, dim, heads, kv_heads, ff, ctx, vocab;
+	uint64_t seed;
+	uint32_t type;		/* KVT_GGML_F32, F16, BF16 or Q8_0 for the matrices */
+	int	 tied;		/* no output.weight: the head reuses token_embd */
+};
+
+/* The defaults kvt-mkmodel documents: 2 layers, dim 64, 4 heads, vocab 512. */
+void kvt_synth_default(struct kvt_synth *s);
+/* Check the geometry: 0, or -EINVAL with one line in err. */
+int  kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen);
+/* Write the model to path. 0 or -errno with one line in err. */
+int  kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size_t errlen);
+
+#endif

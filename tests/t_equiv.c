@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tiered forward pass against the dense reference: for several model
+ * geometries, tier sizes (one a tenth of the KV) and policies, the logits
+ * of every step match within 1e-4 relative and greedy decoding picks the
+ * same tokens. Then the same for batched decoding with forks, park and
+ * resume, and a session saved and restored in another process.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/common.h"
+#include "runtime/gguf.h"
+#include "runtime/infer.h"
+#include "runtime/synth.h"
+
+#define TOL 1e-4
+
+struct geo {
+	const char *name;
+	struct kvt_synth syn;
+	int kv_type;
+	unsigned page_tokens, chunk, prompt, gen;
+};
+
+struct tiers {
+	const char *name;
+	unsigned fast_pct, host_pct;	/* of the KV's pages; nvme gets the rest */
+	const char *policy;
+	unsigned threads;
+};
+
+static const char *tdir(void)
+{
+	const char *d = getenv("KVT_TEST_DIR");
+
+	return d ? d : "/tmp";
+}
+
+static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag)
+{
+	char path[512], err[512];
+	struct kvt_model *m;
+
+	snprintf(path, sizeof(path), "%s/equiv-%s-%d.gguf", tdir(), tag, (int)getpid());
+	if (kvt_synth_write(syn, path, err, sizeof(err))) {
+		fprintf(stderr, "synth: %s\n", err);
+		exit(1);
+	}
+	if (kvt_model_load(path, &m, err, sizeof(err))) {
+		fprintf(stderr, "load: %s\n", err);
+		exit(1);
+	}
+	unlink(path);	/* the mapping stays valid */
+	return m;
+}
+
+static void prompt_tokens(int32_t *t, unsigned n, uint32_t n_vocab, unsigned seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (unsigned i = 0; i < n; i++) {
+		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		t[i] = (int32_t)(3 + x % (n_vocab - 3));
+	}
+}
+
+static int32_t argmax(const float *v, uint32_t n)
+{
+	int32_t best = 0;
+
+	for (uint32_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = (int32_t)i;
+	return best;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, uint32_t n)
+{
+	double d = 0, m = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		d = fmax(d, fabs((double)a[i] - b[i]));
+		m = fmax(m, fabs((double)b[i]));
+	}
+	return m ? d / m : d;
+}
+
+/* An engine: dense, or over a fresh pager with tiers sized in per cent of
+ * the KV the run needs (n_ctx tokens, nseq sequences). */
+struct rig {
+	struct kvt_device *dev;
+	struct kvt_pager *p;
+	struct kvt_engine *e;
+};
+
+static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
+		     const struct tiers *t, unsigned n_ctx, unsigned nseq)
+{
+	struct kvt_engine_params ep;
+	struct kvt_config cfg;
+	char err[512];
+
+	memset(r, 0, sizeof(*r));
+	kvt_engine_params_default(&ep);
+	ep.n_ctx = n_ctx;
+	ep.kv_type = g->kv_type;
+	ep.chunk = g->chunk;
+	ep.max_batch = 8;
+	ep.n_threads = t ? t->threads : 1;
+	ep.dense = !t;
+	if (t) {
+		uint64_t pages, pb, fast, host;
+
+		kvt_config_default(&cfg);
+		kvt_engine_pager_geometry(m, g->kv_type, &cfg);
+		cfg.page_tokens = g->page_tokens;
+		pb = kvt_config_page_bytes(&cfg);
+		pages = (uint64_t)m->hp.n_layer * nseq * ((n_ctx + g->page_tokens - 1) / g->page_tokens);
+		fast = pages * t->fast_pct / 100;
+		host = pages * t->host_pct / 100;
+		if (fast < 2ull * m->hp.n_layer * nseq)
+			fast = 2ull * m->hp.n_layer * nseq;
+		if (host < 4)
+			host = 4;	/* the staging the NVMe tier reads through */
+		cfg.tier[KVT_TIER_FAST].bytes = fast * pb;
+		cfg.tier[KVT_TIER_HOST].bytes = host * pb;
+		cfg.tier[KVT_TIER_NVME].bytes = (pages + 16) * pb;
+		for (int i = 0; i < KVT_NTIERS; i++)
+			snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "%s", t->policy);
+		snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", tdir());
+		cfg.host_hugepages = KVT_HUGE_OFF;
+		cfg.log = t_log;
+		r->p = t_open(&cfg, &r->dev);
+	}
+	if (kvt_engine_new(m, r->p, &ep, &r->e, err, sizeof(err))) {
+		fprintf(stderr, "engine: %s\n", err);
+		exit(1);
+	}
+}
+
+static void rig_close(struct rig *r)
+{
+	kvt_engine_free(r->e);
+	if (r->p)
+		t_close(r->p, r->dev);
+}
+
+/* Prefill then greedy decode; logits (gen, n_vocab) and tokens (gen) out. */
+static void generate(struct rig *r, struct kvt_session *s, const int32_t *prompt, unsigned np,
+		     unsigned gen, float *logits, int32_t *toks, uint32_t V)
+{
+	if (np)
+		CHECK_EQ(kvt_eval(r->e, s, prompt, np, NULL, NULL), 0);
+	for (unsigned i = 0; i < gen; i++) {
+		const float *lg = kvt_session_logits(s);
+
+		CHECK(lg);
+		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
+		toks[i] = argmax(lg, V);
+		if (i + 1 < gen)
+			CHECK_EQ(kvt_decode(r->e, &s, &toks[i], 1), 1);
+	}
+}
+
+static void compare(const char *what, const float *a, const float *b, const int32_t *ta,
+		    const int32_t *tb, unsigned gen, uint32_t V, double *worst)
+{
+	for (unsigned i = 0; i < gen; i++) {
+		double e = rel_err(a + (size_t)i * V, b + (size_t)i * V, V);
+
+		if (e > *worst)
+			*worst = e;
+		if (!(e <= TOL) || ta[i] != tb[i]) {
+			fprintf(stderr, "%s: step %u: relative error %.3g (limit %g), token %d vs %d\n",
+				what, i, e, TOL, ta[i], tb[i]);
+			exit(1);
+		}
+	}
+}
+
+static const struct geo geos[] = {
+	{ "mha-f32w-f16kv", { .layers = 2, .dim = 64, .heads = 4, .kv_heads = 4, .ctx = 4096,
+			      .vocab = 300, .seed = 11, .type = KVT_GGML_F32 },
+	  KVT_KV_F16, 16, 256, 640, 12 },
+	{ "gqa-f16w-f32kv", { .layers = 3, .dim = 128, .heads = 8, .kv_heads = 2, .ctx = 4096,
+			      .vocab = 320, .seed = 12, .type = KVT_GGML_F16 },
+	  KVT_KV_F32, 16, 7, 200, 10 },
+	{ "mqa-q8w-f16kv", { .layers = 2, .dim = 64, .heads = 4, .kv_heads = 1, .ctx = 4096,
+			     .vocab = 288, .seed = 13, .type = KVT_GGML_Q8_0, .tied = 1 },
+	  KVT_KV_F16, 64, 64, 300, 10 },
+	{ "gqa-bf16w-f16kv", { .layers = 2, .dim = 96, .heads = 6, .kv_heads = 3, .ctx = 4096,
+			       .vocab = 260, .seed = 14, .type = KVT_GGML_BF16 },
+	  KVT_KV_F16, 64, 32, 160, 8 },
+};
+
+static const struct tiers tier_sets[] = {
+	{ "all-fast", 100, 0, "lru", 2 },
+	{ "fast10-host25-lru", 10, 25, "lru", 2 },
+	{ "fast10-nvme-clock", 10, 0, "clock", 1 },
+	{ "fast10-host25-mru", 10, 25, "mru", 2 },
+};
+
+static void test_geometries(void)
+{
+	for (unsigned gi = 0; gi < sizeof(geos) / sizeof(geos[0]); gi++) {
+		struct geo g = geos[gi];
+		struct kvt_model *m = make_model(&g.syn, g.name);
+		uint32_t V = m->hp.n_vocab;
+		unsigned np = t_scale(g.prompt) < 8 ? 8 : t_scale(g.prompt), n_ctx = np + g.gen;
+		int32_t *prompt = malloc(np * sizeof(int32_t));
+		float *ref = malloc((size_t)g.gen * V * sizeof(float));
+		float *got = malloc((size_t)g.gen * V * sizeof(float));
+		int32_t tref[64], tgot[64];
+		struct kvt_session *s;
+		struct rig r;
+
+		CHECK(prompt && ref && got && g.gen <= 64);
+		prompt_tokens(prompt, np, V, gi + 1);
+		rig_open(&r, m, &g, NULL, n_ctx, 1);
+		CHECK_EQ(kvt_session_new(r.e, &s), 0);
+		generate(&r, s, prompt, np, g.gen, ref, tref, V);
+		kvt_session_free(r.e, s);
+		rig_close(&r);
+
+		for (unsigned ti = 0; ti < sizeof(tier_sets) / sizeof(tier_sets[0]); ti++) {
+			const struct tiers *t = &tier_sets[ti];
+			struct kvt_stats st;
+			double worst = 0;
+			char what[128];
+
+			rig_open(&r, m, &g, t, n_ctx, 1);
+			CHECK_EQ(kvt_session_new(r.e, &s), 0);
+			generate(&r, s, prompt, np, g.gen, got, tgot, V);
+			snprintf(what, sizeof(what), "%s/%s", g.name, t->name);
+			compare(what, got, ref, tgot, tref, g.gen, V, &worst);
+			CHECK_EQ(kvt_pager_stats(r.p, &st), 0);
+			printf("%-18s %-20s ok: %u steps, worst relative error %.2e, fast hits %llu, "
+			       "misses %llu, nvme reads %llu\n", g.name, t->name, g.gen, worst,
+			       (unsigned long long)st.tier[KVT_TIER_FAST].hits,
+			       (unsigned long long)st.tier[KVT_TIER_FAST].misses,
+			       (unsigned long long)st.tier[KVT_TIER_NVME].bytes_out / kvt_pager_page_bytes(r.p));
+			/* A tenth of the KV in the fast tier must really have paged. */
+			if (t->fast_pct < 100)
+				CHECK(st.tier[KVT_TIER_FAST].misses > 0);
+			CHECK_EQ(st.lost_pages, 0);
+			kvt_session_free(r.e, s);
+			rig_close(&r);
+		}
+		free(prompt); free(ref); free(got);
+		kvt_model_free(m);
+	}
+}
+
+/* Three sequences decoded together, two of them forks of the first;
+ * every step's logits equal the dense path doing the same. */
+static void test_batch_fork_park(void)
+{
+	const struct geo *g = &geos[1];
+	struct kvt_model *m = make_model(&g->syn, "batch");
+	const struct tiers t = { "fast10", 10, 20, "lru", 2 };
+	uint32_t V = m->hp.n_vocab;
+	unsigned np = t_scale(96) < 16 ? 16 : t_scale(96), gen = 8, n_ctx = np + gen + 8;
+	int32_t prompt[128], extra[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
+	float *lg[2][3];
+	struct rig r[2];
+	int i, k;
+
+	prompt_tokens(prompt, np, V, 77);
+	for (i = 0; i < 2; i++) {
+		struct kvt_session *ss[3];
+		int32_t tok[3];
+
+		rig_open(&r[i], m, g, i ? &t : NULL, n_ctx, 3);
+		CHECK_EQ(kvt_session_new(r[i].e, &ss[0]), 0);
+		CHECK_EQ(kvt_eval(r[i].e, ss[0], prompt, np, NULL, NULL), 0);
+		CHECK_EQ(kvt_session_fork(r[i].e, ss[0], np, &ss[1]), 0);
+		CHECK(kvt_session_logits(ss[1]));
+		CHECK_EQ(kvt_session_fork(r[i].e, ss[0], np / 2 + 1, &ss[2]), 0);
+		CHECK(!kvt_session_logits(ss[2]));
+		CHECK_EQ(kvt_eval(r[i].e, ss[2], extra, 8, NULL, NULL), 0);
+		/* Park the second while the others go on, then bring it back. */
+		CHECK_EQ(kvt_session_park(r[i].e, ss[1]), 0);
+		for (k = 0; k < 3; k++)
+			CHECK(lg[i][k] = malloc((size_t)gen * V * sizeof(float)));
+		for (unsigned st = 0; st < gen; st++) {
+			for (k = 0; k < 3; k++) {
+				memcpy(lg[i][k] + (size_t)st * V, kvt_session_logits(ss[k]), V * sizeof(float));
+				tok[k] = argmax(kvt_session_logits(ss[k]), V);
+			}
+			if (st == 2)
+				CHECK_EQ(kvt_session_resume(r[i].e, ss[1]), 0);
+			if (st < 2)	/* ss[1] parked: the other two only */
+				CHECK_EQ(kvt_decode(r[i].e, (struct kvt_session *[]){ ss[0], ss[2] },
+						    (int32_t[]){ tok[0], tok[2] }, 2), 2);
+			else
+				CHECK_EQ(kvt_decode(r[i].e, ss, tok, 3), 3);
+		}
+		for (k = 0; k < 3; k++)
+			kvt_session_free(r[i].e, ss[k]);
+		rig_close(&r[i]);
+	}
+	for (k = 0; k < 3; k++) {
+		double worst = 0;
+		int32_t ta[8], tb[8];
+
+		for (unsigned st = 0; st < gen; st++) {
+			ta[st] = argmax(lg[1][k] + (size_t)st * V, V);
+			tb[st] = argmax(lg[0][k] + (size_t)st * V, V);
+		}
+		compare("batch", lg[1][k], lg[0][k], ta, tb, gen, V, &worst);
+		printf("batch+fork+park  sequence %d ok: worst relative error %.2e\n", k, worst);
+		free(lg[0][k]);
+		free(lg[1][k]);
+	}
+	kvt_model_free(m);
+}
+
+/* Save after a prefill, restore in a child process over a fresh pager and
+ * continue: the logits equal the dense run's. Broken files are refused. */
+static void test_save_restore(void)
+{
+	const struct geo *g = &geos[0];
+	struct kvt_model *m = make_model(&g->syn, "save");
+	const struct tiers t = { "fast10", 10, 25, "lru", 2 };
+	uint32_t V = m->hp.n_vocab;
+	unsigned np = t_scale(150) < 16 ? 16 : t_scale(150), gen = 6, n_ctx = np + gen;
+	int32_t prompt[160], tref[8], tgot[8];
+	float *ref = malloc((size_t)gen * V * sizeof(float)), *got = malloc((size_t)gen * V * sizeof(float));
+	char path[512], bad[600], err[512];
+	struct kvt_session *s;
+	struct rig r;
+	int status;
+	pid_t pid;
+
+	CHECK(ref && got);
+	prompt_tokens(prompt, np, V, 99);
+	snprintf(path, sizeof(path), "%s/equiv-%d.session", tdir(), (int)getpid());
+	rig_open(&r, m, g, NULL, n_ctx, 1);
+	CHECK_EQ(kvt_session_new(r.e, &s), 0);
+	generate(&r, s, prompt, np, gen, ref, tref, V);
+	kvt_session_free(r.e, s);
+	rig_close(&r);
+
+	rig_open(&r, m, g, &t, n_ctx, 1);
+	CHECK_EQ(kvt_session_new(r.e, &s), 0);
+	CHECK_EQ(kvt_eval(r.e, s, prompt, np, NULL, NULL), 0);
+	CHECK_EQ(kvt_session_park(r.e, s), 0);	/* saved from NVMe, as a parked one would be */
+	if (kvt_session_save(r.e, s, path, err, sizeof(err))) {
+		fprintf(stderr, "save: %s\n", err);
+		exit(1);
+	}
+	kvt_session_free(r.e, s);
+	rig_close(&r);
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		double worst = 0;
+
+		rig_open(&r, m, g, &t, n_ctx, 1);
+		if (kvt_session_restore(r.e, path, &s, err, sizeof(err))) {
+			fprintf(stderr, "restore: %s\n", err);
+			_exit(1);
+		}
+		CHECK_EQ(kvt_session_len(s), np);
+		CHECK(!memcmp(kvt_session_tokens(s), prompt, np * sizeof(int32_t)));
+		generate(&r, s, NULL, 0, gen, got, tgot, V);
+		compare("restored", got, ref, tgot, tref, gen, V, &worst);
+		printf("save+restore     ok in a new process: worst relative error %.2e\n", worst);
+		kvt_session_free(r.e, s);
+		rig_close(&r);
+		fflush(NULL);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	/* A flipped byte, a truncated file, another model: each refused. */
+	{
+		FILE *f = fopen(path, "r+b");
+		long size;
+		int c;
+
+		CHECK(f);
+		CHECK(!fseek(f, 0, SEEK_END));
+		size = ftell(f);
+		CHECK(!fseek(f, size / 2, SEEK_SET));
+		c = fgetc(f);
+		CHECK(!fseek(f, size / 2, SEEK_SET));
+		fputc(c ^ 0x10, f);
+		fclose(f);
+		rig_open(&r, m, g, NULL, n_ctx, 1);
+		CHECK_EQ(kvt_session_restore(r.e, path, &s, err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "checksum"));
+		printf("corrupt session refused: %s\n", err);
+		CHECK(!truncate(path, size / 3));
+		CHECK_EQ(kvt_session_restore(r.e, path, &s, err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "truncated"));
+		printf("truncated session refused: %s\n", err);
+		rig_close(&r);
+	}
+	{
+		struct kvt_model *m2 = make_model(&geos[3].syn, "other");
+
+		rig_open(&r, m, g, NULL, n_ctx, 1);
+		CHECK_EQ(kvt_session_new(r.e, &s), 0);
+		CHECK_EQ(kvt_eval(r.e, s, prompt, 4, NULL, NULL), 0);
+		CHECK_EQ(kvt_session_save(r.e, s, path, err, sizeof(err)), 0);
+		kvt_session_free(r.e, s);
+		rig_close(&r);
+		rig_open(&r, m2, &geos[3], NULL, n_ctx, 1);
+		CHECK_EQ(kvt_session_restore(r.e, path, &s, err, sizeof(err)), -EINVAL);
+		printf("other model's session refused: %s\n", err);
+		rig_close(&r);
+		kvt_model_free(m2);
+	}
+	snprintf(bad, sizeof(bad), "%s", path);
+	unlink(bad);
+	free(ref);
+	free(got);
+	kvt_model_free(m);
+}
+
+/* Bad requests: past the context, a token outside the vocabulary. */
+static void test_bad_input(void)
+{
+	const struct geo *g = &geos[0];
+	struct kvt_model *m = make_model(&g->syn, "bad");
+	int32_t t[8] = { 3, 4, 5, 6, 7, 8, 9, 10 };
+	struct kvt_session *s;
+	struct rig r;
+
+	rig_open(&r, m, g, NULL, 6, 1);
+	CHECK_EQ(kvt_session_new(r.e, &s), 0);
+	CHECK_EQ(kvt_eval(r.e, s, t, 8, NULL, NULL), -ERANGE);
+	CHECK_EQ(kvt_session_len(s), 0);
+	t[2] = (int32_t)m->hp.n_vocab;
+	CHECK_EQ(kvt_eval(r.e, s, t, 3, NULL, NULL), -EINVAL);
+	t[2] = -1;
+	CHECK_EQ(kvt_eval(r.e, s, t, 3, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvt_session_len(s), 0);
+	CHECK_EQ(kvt_session_error(s), 0);
+	t[2] = 5;
+	CHECK_EQ(kvt_eval(r.e, s, t, 6, NULL, NULL), 0);
+	CHECK_EQ(kvt_decode(r.e, &s, t, 1), 0);		/* full: ended, none left */
+	CHECK_EQ(kvt_session_error(s), -ERANGE);
+	kvt_session_free(r.e, s);
+	rig_close(&r);
+	kvt_model_free(m);
+	printf("bad input refused\n");
+}
+
+int main(void)
+{
+	test_geometries();
+	test_batch_fork_park();
+	test_save_restore();
+	test_bad_input();
+	return 0;
+}
