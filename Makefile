@@ -58,11 +58,12 @@ $(BUILD)/libkvt.so: $(LIB_OBJ) libkvt.map
 		$(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
 
 BENCH_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/bench_*.c))
+CLI_OBJ	  = $(BUILD)/tools/cli.o
 
-$(BUILD)/kvt-bench: $(BUILD)/tools/kvt-bench.o $(BENCH_OBJ) $(BUILD)/libkvt.a
+$(BUILD)/kvt-bench: $(BUILD)/tools/kvt-bench.o $(BENCH_OBJ) $(CLI_OBJ) $(BUILD)/libkvt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kvt-%: $(BUILD)/tools/kvt-%.o $(BUILD)/libkvt.a
+$(BUILD)/kvt-%: $(BUILD)/tools/kvt-%.o $(CLI_OBJ) $(BUILD)/libkvt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/t_%: $(BUILD)/tests/t_%.o $(TEST_COMMON) $(BUILD)/libkvt.a
@@ -89,11 +90,19 @@ test: deps-check
 	@$(MAKE) --no-print-directory all tests
 	@BUILD=$(BUILD) tests/run.sh $(TESTS)
 
-# run: the main job on embedded defaults (a pager demonstration for now)
+# run: the main job on embedded defaults: kvt-run on a synthetic model (made
+# once) with the project's docs as a long prompt; KV 8x the fast tier
+RUN_MODEL ?= $(BUILD)/kvt-synth-8x512.gguf
+RUN_FLAGS ?= -n 64 --fast 8M --host 16M
+RUN_PROMPT = $(BUILD)/run-prompt.txt
 run: deps-check
-	@[ -x $(BUILD)/kvt-demo ] || echo "building libkvt and the tools..."
+	@[ -x $(BUILD)/kvt-run ] || echo "building libkvt and the tools..."
 	@$(MAKE) --no-print-directory -s tools
-	@$(BUILD)/kvt-demo
+	@[ -f $(RUN_MODEL) ] || { echo "writing a synthetic model to $(RUN_MODEL)"; \
+		$(BUILD)/kvt-mkmodel --layers 8 --dim 512 --heads 8 --kv-heads 4 --ff 1536 \
+			--ctx 16384 --type f16 -o $(RUN_MODEL); }
+	@cat README.md docs/architecture.md docs/config.md | head -c 14000 > $(RUN_PROMPT)
+	$(BUILD)/kvt-run -m $(RUN_MODEL) -f $(RUN_PROMPT) $(RUN_FLAGS)
 
 # bench: every kvt-bench measurement, human tables
 bench: deps-check
@@ -116,5 +125,5 @@ clean:
 help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
--include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
 	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c))

@@ -19,15 +19,9 @@
 #include <unistd.h>
 
 #include <kvt/pager.h>
+#include "tools/cli.h"
 
 typedef _Float16 half;
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void log_cb(void *arg, int level, const char *msg)
 {
@@ -88,32 +82,14 @@ static void attend(const half *pk, const half *pv, unsigned ntok, unsigned H, un
 	(fast ? attend_f16c : attend_plain)(pk, pv, ntok, H, D, q, acc, mx, sum);
 }
 
-static int bar_on;
-
-static void bar(const char *what, double frac, const char *extra)
+static void set_or_die(struct kvt_config *cfg, const char *key, const char *val)
 {
-	if (!bar_on)
-		return;
-	int w = 30, n = (int)(frac * w + 0.5);
-	fprintf(stderr, "\r%-8s [", what);
-	for (int i = 0; i < w; i++)
-		fputc(i < n ? '#' : ' ', stderr);
-	fprintf(stderr, "] %3.0f%% %s\033[K", frac * 100, extra);
-	fflush(stderr);
-}
+	char err[512];
 
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	double x = strtod(s, &end);
-	switch (*end) {
-	case 'k': case 'K': x *= 1 << 10; break;
-	case 'm': case 'M': x *= 1 << 20; break;
-	case 'g': case 'G': x *= 1 << 30; break;
-	case 0: break;
-	default: fprintf(stderr, "kvt-demo: bad size \"%s\"\n", s); exit(2);
+	if (kvt_config_set(cfg, key, val, err, sizeof(err))) {
+		fprintf(stderr, "kvt-demo: %s\n", err);
+		exit(2);
 	}
-	return (uint64_t)x;
 }
 
 static void usage(FILE *f)
@@ -169,9 +145,9 @@ int main(int argc, char **argv)
 		case 't': context = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 's': steps = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'l': cfg.n_layers = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'F': cfg.tier[KVT_TIER_FAST].bytes = parse_size(optarg); break;
-		case 'H': cfg.tier[KVT_TIER_HOST].bytes = parse_size(optarg); break;
-		case 'N': cfg.tier[KVT_TIER_NVME].bytes = parse_size(optarg); break;
+		case 'F': set_or_die(&cfg, "tier.fast.bytes", optarg); break;
+		case 'H': set_or_die(&cfg, "tier.host.bytes", optarg); break;
+		case 'N': set_or_die(&cfg, "tier.nvme.bytes", optarg); break;
 		case 'd': snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", optarg); break;
 		case 'p': policy = optarg; break;
 		case 'P': cfg.prefetch_depth = (unsigned)strtoul(optarg, NULL, 10); break;
@@ -199,7 +175,7 @@ int main(int argc, char **argv)
 			(unsigned long long)(pb >> 10), (unsigned long long)frames);
 		return 2;
 	}
-	bar_on = isatty(2);
+	cli_bar_on = isatty(2);
 
 	struct kvt_device *dev;
 	struct kvt_pager *p;
@@ -230,7 +206,7 @@ int main(int argc, char **argv)
 	half *k = malloc(sizeof(half) * tokd * chunk), *v = malloc(sizeof(half) * tokd * chunk);
 	if (!k || !v)
 		return 1;
-	double t0 = now();
+	double t0 = cli_now();
 	for (unsigned t = 0; t < context; t += chunk) {
 		unsigned n = context - t < chunk ? context - t : chunk;
 		for (unsigned l = 0; l < L; l++) {
@@ -246,16 +222,16 @@ int main(int argc, char **argv)
 		}
 		char ex[64];
 		snprintf(ex, sizeof(ex), "prefill %u/%u tokens", t + n, context);
-		bar("prefill", (double)(t + n) / context, ex);
+		cli_bar("prefill", (double)(t + n) / context, ex);
 	}
-	double t_prefill = now() - t0;
+	double t_prefill = cli_now() - t0;
 
 	/* Decode: append one token, attend over everything. */
 	float *q = malloc(sizeof(float) * tokd), *acc = malloc(sizeof(float) * tokd);
 	float *mx = malloc(sizeof(float) * H), *sum = malloc(sizeof(float) * H);
 	uint64_t mismatches = 0, pages_seen = 0;
 	double t_attn = 0;
-	t0 = now();
+	t0 = cli_now();
 	for (unsigned st = 0; st < steps; st++) {
 		unsigned pos = context + st;
 		for (unsigned l = 0; l < L; l++) {
@@ -290,9 +266,9 @@ int main(int argc, char **argv)
 				}
 				const half *pk = vw.k, *pv = vw.v;
 				unsigned t = vw.page * pt;
-				double a0 = now();
+				double a0 = cli_now();
 				attend(pk, pv, vw.ntok, H, D, q, acc, mx, sum);
-				t_attn += now() - a0;
+				t_attn += cli_now() - a0;
 				/* Check the first and last element of K and V. */
 				unsigned last = vw.ntok - 1;
 				if (pk[0] != val(l, t, 0, 0) || pv[0] != val(l, t, 0, 1) ||
@@ -306,11 +282,10 @@ int main(int argc, char **argv)
 		kvt_pager_step(p);
 		char ex[64];
 		snprintf(ex, sizeof(ex), "decode step %u/%u", st + 1, steps);
-		bar("decode", (double)(st + 1) / steps, ex);
+		cli_bar("decode", (double)(st + 1) / steps, ex);
 	}
-	double t_decode = now() - t0;
-	if (bar_on)
-		fputc('\n', stderr);
+	double t_decode = cli_now() - t0;
+	cli_bar_done();
 
 	struct kvt_stats stt;
 	kvt_pager_stats(p, &stt);
@@ -325,33 +300,7 @@ int main(int argc, char **argv)
 		printf("pages read %llu, checked %llu, mismatches %llu\n\n",
 		       (unsigned long long)stt.acquires, (unsigned long long)pages_seen,
 		       (unsigned long long)mismatches);
-		printf("%-5s %9s %9s %10s %10s %6s %9s %9s %9s %9s %9s\n", "tier", "MiB", "used MiB",
-		       "hits", "misses", "hit%", "promoted", "demoted", "MB in", "MB out", "avg us");
-		for (int t = 0; t < KVT_NTIERS; t++) {
-			const struct kvt_tier_stats *ts = &stt.tier[t];
-			double look = (double)(ts->hits + ts->misses);
-			printf("%-5s %9.0f %9.0f %10llu %10llu %6.1f %9llu %9llu %9.0f %9.0f %9.0f\n",
-			       kvt_tier_name(t), (double)(ts->capacity * ts->frame_bytes) / (1 << 20),
-			       (double)(ts->used * ts->frame_bytes) / (1 << 20),
-			       (unsigned long long)ts->hits, (unsigned long long)ts->misses,
-			       look ? 100.0 * (double)ts->hits / look : 0.0,
-			       (unsigned long long)ts->promotions, (unsigned long long)ts->demotions,
-			       (double)ts->bytes_in / 1e6, (double)ts->bytes_out / 1e6,
-			       ts->io_count ? (double)ts->io_ns_total / (double)ts->io_count / 1e3 : 0.0);
-		}
-		printf("\nprefetch: issued %llu, hit %llu, late %llu, wasted %llu, dropped %llu; "
-		       "stalled %.0f ms; lost pages %llu\n",
-		       (unsigned long long)stt.prefetch_issued, (unsigned long long)stt.prefetch_hit,
-		       (unsigned long long)stt.prefetch_late, (unsigned long long)stt.prefetch_wasted,
-		       (unsigned long long)stt.prefetch_dropped, (double)stt.stall_ns / 1e6,
-		       (unsigned long long)stt.lost_pages);
-		printf("nvme: %s I/O, registered files %s, buffers %s%s%s\n",
-		       stt.nvme_direct ? "O_DIRECT" : "buffered", stt.nvme_registered_files ? "yes" : "no",
-		       stt.nvme_registered_buffers ? "yes" : "no", stt.nvme_notes[0] ? "; " : "",
-		       stt.nvme_notes);
-		static const char *const huge[] = { "none", "auto", "hugetlb", "thp" };
-		printf("host: huge pages %s, mlocked %s%s%s\n", huge[stt.host_hugepages & 3],
-		       stt.host_mlocked ? "yes" : "no", stt.host_notes[0] ? "; " : "", stt.host_notes);
+		cli_print_tiers(stdout, &stt);
 	}
 	free(k); free(v); free(q); free(acc); free(mx); free(sum);
 	kvt_seq_close(p, s);

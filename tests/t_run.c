@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt-run end to end on a synthetic model: the tiered run's dumped logits
+ * equal the dense reference run's; a conversation saved by one process and
+ * restored by another continues exactly as an uninterrupted one; batched
+ * sequences and --json work; bad input is refused with a message that
+ * says what to change, and a refused run writes nothing.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/common.h"
+
+static char bin[1024], mk[1024], dir[1024], model[1200];
+static char out[1 << 16];
+
+/* Run a shell command, capture stdout+stderr into out; returns the exit status. */
+static int run(const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	FILE *f;
+	size_t n;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = 0;
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static float *load_floats(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	float *v;
+	long size;
+
+	CHECK(f);
+	CHECK(!fseek(f, 0, SEEK_END));
+	size = ftell(f);
+	rewind(f);
+	CHECK(size >= 0 && size % 4 == 0);
+	v = malloc((size_t)size + 4);
+	CHECK(v);
+	CHECK(fread(v, 1, (size_t)size, f) == (size_t)size);
+	fclose(f);
+	*n = (size_t)size / 4;
+	return v;
+}
+
+/* The "ids" array of sequence k in kvt-run's JSON, as text. */
+static void json_ids(const char *json, int k, char *buf, size_t len)
+{
+	const char *p = json;
+
+	for (int i = 0; i <= k; i++) {
+		p = strstr(p, "\"ids\":[");
+		CHECK(p);
+		p += 7;
+	}
+	const char *e = strchr(p, ']');
+	CHECK(e && (size_t)(e - p) < len);
+	memcpy(buf, p, (size_t)(e - p));
+	buf[e - p] = 0;
+}
+
+int main(void)
+{
+	const char *build = getenv("BUILD"), *tdir = getenv("KVT_TEST_DIR");
+	const unsigned V = 300;
+	char ids_a[4096], ids_b[4096], ids_c[4096], path[1400];
+	size_t na, nb;
+	float *a, *b;
+	struct stat st;
+
+	snprintf(bin, sizeof(bin), "%s/kvt-run", build && *build ? build : "build");
+	snprintf(mk, sizeof(mk), "%s/kvt-mkmodel", build && *build ? build : "build");
+	if (access(bin, X_OK) || access(mk, X_OK))
+		SKIP("%s or %s not built", bin, mk);
+	snprintf(dir, sizeof(dir), "%s/t_run.%d", tdir ? tdir : "/tmp", (int)getpid());
+	CHECK(!mkdir(dir, 0700));
+	snprintf(model, sizeof(model), "%s/m.gguf", dir);
+	CHECK_EQ(run("%s --layers 3 --dim 128 --heads 4 --kv-heads 2 --vocab %u --ctx 1024 "
+		     "--type f16 -o %s 2>&1", mk, V, model), 0);
+
+	/* Tiered (fast tier an eighth of the KV) against dense: logits and tokens. */
+	CHECK_EQ(run("%s -m %s -p 'The history of the world is often told as a story of kings and "
+		     "wars, but most of the people who ever lived were farmers.' -n 12 --temp 0 "
+		     "--fast 64K --host 64K --nvme-path %s --dump-logits %s/tiered.f32 --json 2>&1",
+		     bin, model, dir, dir), 0);
+	json_ids(out, 0, ids_a, sizeof(ids_a));
+	CHECK(strstr(out, "\"pager\":{"));
+	CHECK_EQ(run("%s -m %s -p 'The history of the world is often told as a story of kings and "
+		     "wars, but most of the people who ever lived were farmers.' -n 12 --temp 0 "
+		     "--dense --dump-logits %s/dense.f32 --json 2>&1", bin, model, dir), 0);
+	json_ids(out, 0, ids_b, sizeof(ids_b));
+	CHECK(!strcmp(ids_a, ids_b));
+	snprintf(path, sizeof(path), "%s/tiered.f32", dir);
+	a = load_floats(path, &na);
+	snprintf(path, sizeof(path), "%s/dense.f32", dir);
+	b = load_floats(path, &nb);
+	CHECK_EQ(na, 12 * V);
+	CHECK_EQ(nb, na);
+	for (size_t r = 0; r < 12; r++) {
+		double d = 0, m = 0;
+
+		for (size_t i = 0; i < V; i++) {
+			d = fmax(d, fabs((double)a[r * V + i] - b[r * V + i]));
+			m = fmax(m, fabs((double)b[r * V + i]));
+		}
+		if (d > 1e-4 * m) {
+			fprintf(stderr, "step %zu: logits differ by %g (max %g)\n", r, d, m);
+			return 1;
+		}
+	}
+	free(a);
+	free(b);
+	printf("tiered logits match dense; tokens %s\n", ids_a);
+
+	/* Token ids in, 20 tokens in one go vs 8 + save, restore + 12 in another process. */
+	snprintf(path, sizeof(path), "%s/ids.txt", dir);
+	{
+		FILE *f = fopen(path, "w");
+
+		CHECK(f);
+		for (int i = 0; i < 200; i++)
+			fprintf(f, "%d%c", 3 + (i * 37) % (V - 3), i % 10 == 9 ? '\n' : ' ');
+		fclose(f);
+	}
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 20 --temp 0 --ignore-eos --fast 64K --host 64K "
+		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
+	json_ids(out, 0, ids_a, sizeof(ids_a));
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 8 --temp 0 --ignore-eos --fast 64K --host 64K "
+		     "--nvme-path %s --save %s/conv.kvts --json 2>&1", bin, model, path, dir, dir), 0);
+	json_ids(out, 0, ids_b, sizeof(ids_b));
+	CHECK_EQ(run("%s -m %s --restore %s/conv.kvts -n 12 --ctx 512 --temp 0 --ignore-eos "
+		     "--fast 64K --host 64K --nvme-path %s --json 2>&1", bin, model, dir, dir), 0);
+	json_ids(out, 0, ids_c, sizeof(ids_c));
+	CHECK(strstr(out, "\"prompt_tokens\":0"));	/* no prefill after a restore */
+	{
+		char joined[8192];
+
+		snprintf(joined, sizeof(joined), "%s,%s", ids_b, ids_c);
+		if (strcmp(joined, ids_a)) {
+			fprintf(stderr, "restored run differs:\n  %s\n  %s\n", ids_a, joined);
+			return 1;
+		}
+	}
+	printf("save + restore in a new process continues the same: %s\n", ids_a);
+
+	/* Three sequences from one prompt, sampled. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 6 --batch 3 --seed 5 --fast 128K --host 64K "
+		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
+	json_ids(out, 2, ids_c, sizeof(ids_c));
+	CHECK(strstr(out, "\"batch\":3"));
+	printf("batch of 3: third sequence %s\n", ids_c);
+
+	/* Bad input: each refused up front with what to change. */
+#define REFUSED(needle, ...) do { \
+		int rc_ = run(__VA_ARGS__); \
+		if (rc_ == 0 || !strstr(out, needle)) { \
+			fprintf(stderr, "expected a refusal naming \"%s\", got exit %d:\n%s\n", \
+				needle, rc_, out); \
+			return 1; \
+		} \
+		printf("refused: %s", out); \
+	} while (0)
+	REFUSED("raise --ctx", "%s -m %s --prompt-ids %s -n 8 --ctx 100 2>&1", bin, model, path);
+	REFUSED("raise --nvme", "%s -m %s --prompt-ids %s -n 8 --fast 64K --host 64K --nvme 64K "
+		"--nvme-path %s 2>&1", bin, model, path, dir);
+	REFUSED("raise --fast", "%s -m %s --prompt-ids %s -n 8 --fast 16K 2>&1", bin, model, path);
+	REFUSED("--nvme-path", "%s -m %s --prompt-ids %s -n 8 --fast 64K --host 64K "
+		"--nvme-path %s/no/such/dir/f 2>&1", bin, model, path, dir);
+	REFUSED("lower --host", "%s -m %s --prompt-ids %s -n 8 --host 100T 2>&1", bin, model, path);
+	REFUSED("not a token id", "echo '1 2 x' > %s/bad.txt; %s -m %s --prompt-ids %s/bad.txt 2>&1",
+		dir, bin, model, dir);
+	REFUSED("outside the vocabulary", "echo '1 2 99999' > %s/bad.txt; %s -m %s --prompt-ids "
+		"%s/bad.txt 2>&1", dir, bin, model, dir);
+	REFUSED("tensor", "head -c 100000 %s > %s/cut.gguf; %s -m %s/cut.gguf -p hi 2>&1",
+		model, dir, bin, dir);
+	REFUSED("checksum", "cp %s/conv.kvts %s/bad.kvts && printf 'X' | dd of=%s/bad.kvts bs=1 "
+		"seek=3000 conv=notrunc 2>/dev/null; %s -m %s --restore %s/bad.kvts -n 2 --ctx 512 2>&1",
+		dir, dir, dir, bin, model, dir);
+	/* The refused runs left nothing behind in the NVMe directory. */
+	CHECK_EQ(run("ls %s | grep -v -e '^m.gguf$' -e '.f32$' -e '^ids.txt$' -e '.kvts$' "
+		     "-e '^bad.txt$' -e '^cut.gguf$' | wc -l", dir), 0);
+	CHECK_EQ(atoi(out), 0);
+	CHECK_EQ(stat(model, &st), 0);
+	run("rm -rf %s", dir);
+	return 0;
+}

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/* What the command-line tools share: progress bars, the tier table, sizes. */
+#ifndef KVT_TOOLS_CLI_H
+#define KVT_TOOLS_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <kvt/pager.h>
+
+double cli_now(void);			/* CLOCK_MONOTONIC seconds */
+
+/* A one-line progress bar on stderr, redrawn in place; a no-op unless
+ * cli_bar_on was set (tools set it when stderr is a terminal). */
+extern int cli_bar_on;
+void cli_bar(const char *what, double frac, const char *extra);
+void cli_bar_done(void);		/* ends the bar's line */
+
+/* "64M", "1.5G", "4096": bytes, or -1 (with errno) for a bad size. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* The tier table (hits, misses, bytes moved each way, latency), the
+ * prefetch outcomes, stall time and what the tiers could not get. */
+void cli_print_tiers(FILE *f, const struct kvt_stats *st);
+
+#endif

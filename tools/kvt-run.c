@@ -1,0 +1,803 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvt-run: generate text from a GGUF Llama-family model whose KV cache
+ * lives in the pager's tiers (fast, host, NVMe).
+ *
+ *   kvt-run -m model.gguf -p "Once upon a time" -n 128
+ *   kvt-run -m model.gguf -f long.txt -n 64 --fast 64M --host 128M
+ *
+ * Generated text goes to stdout as it comes; progress bars (on a
+ * terminal), timings and the tier table go to stderr. --json prints one
+ * JSON object on stdout instead. Every check that can be made before the
+ * work starts is made first, with a message that says what to change.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <kvt/pager.h>
+#include "runtime/infer.h"
+#include "runtime/sampler.h"
+#include "runtime/tokenizer.h"
+#include "tools/cli.h"
+
+#define MAX_BATCH 64
+
+struct opts {
+	const char *model, *prompt, *prompt_file, *prompt_ids, *dump_logits;
+	const char *save, *restore;
+	unsigned n_predict, n_ctx, batch, threads;
+	int json, dense, print_config, ignore_eos, no_bar, page_set;
+	int tier_set[KVT_NTIERS];
+	struct kvt_sampler_params sp;
+	struct kvt_engine_params ep;
+	struct kvt_config cfg;
+};
+
+static const char *prog = "kvt-run";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvt-run -m MODEL [-p TEXT | -f FILE | --prompt-ids FILE] [options]\n"
+		"\n"
+		"model and prompt\n"
+		"  -m, --model FILE      GGUF model (Llama family; F32, F16, BF16 or Q8_0)\n"
+		"  -p, --prompt TEXT     prompt text\n"
+		"  -f, --file FILE       prompt text from a file (long documents)\n"
+		"      --prompt-ids FILE prompt as whitespace-separated token ids\n"
+		"  -n, --predict N       tokens to generate (128)\n"
+		"      --ctx N           context per sequence (prompt + N, rounded up to a page)\n"
+		"      --batch N         sequences generated together from the prompt, which\n"
+		"                        they share (its pages computed once) (1)\n"
+		"      --ignore-eos      keep going past the end-of-text token\n"
+		"sampling\n"
+		"      --temp T          temperature; 0 = greedy (0.8)\n"
+		"      --top-k N         keep the N most likely tokens; 0 = all (40)\n"
+		"      --top-p P         keep the smallest set with probability >= P (0.95)\n"
+		"      --seed N          random seed (1)\n"
+		"tiers (any config key also works: --set KEY=VALUE, docs/config.md)\n"
+		"  -c, --config FILE     INI file; the flags below override it\n"
+		"      --set KEY=VALUE   one config key, e.g. --set io.depth=64\n"
+		"      --fast SIZE       fast tier (default: what the KV needs, at most 1G)\n"
+		"      --host SIZE       host tier (default: what the KV needs, at most 4G)\n"
+		"      --nvme SIZE       NVMe tier (default: what the KV needs, at most 64G)\n"
+		"      --nvme-path PATH  file, block device or directory for the NVMe tier\n"
+		"      --policy [TIER=]NAME  eviction policy of one tier, or of all\n"
+		"      --prefetch N      layers prefetched ahead of attention\n"
+		"      --page-tokens N   tokens per page (16)\n"
+		"      --kv-type T       f16 or f32 (f16)\n"
+		"      --dense           reference path: KV in plain memory, no pager\n"
+		"  -t, --threads N       compute threads (one per cpu)\n"
+		"sessions\n"
+		"      --save FILE       save the conversation (tokens and KV) at the end\n"
+		"      --restore FILE    start from a saved conversation (no prefill)\n"
+		"output\n"
+		"      --dump-logits FILE  each generated step's logits, raw little-endian\n"
+		"                        float32 rows of n_vocab (sequence-major per step)\n"
+		"      --json            one JSON object on stdout: text, ids, timings, stats\n"
+		"      --no-progress     no progress bars\n"
+		"      --print-config    print the effective configuration and exit\n");
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	cli_bar_done();
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static unsigned parse_uint(const char *flag, const char *s, unsigned lo, unsigned hi)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		fprintf(stderr, "%s: %s: \"%s\" is not an integer in %u..%u\n", prog, flag, s, lo, hi);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+static float parse_float(const char *flag, const char *s, float lo, float hi)
+{
+	char *end;
+	float v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "%s: %s: \"%s\" is not a number in %g..%g\n", prog, flag, s,
+			(double)lo, (double)hi);
+		exit(2);
+	}
+	return v;
+}
+
+static void set_key(struct opts *o, const char *key, const char *val)
+{
+	char err[512];
+	int t;
+
+	if (kvt_config_set(&o->cfg, key, val, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		exit(2);
+	}
+	for (t = 0; t < KVT_NTIERS; t++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "tier.%s.bytes", kvt_tier_name(t));
+		if (!strcmp(key, k))
+			o->tier_set[t] = 1;
+	}
+}
+
+static void set_policy(struct opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	char key[64];
+	int t;
+
+	for (t = 0; t < KVT_NTIERS; t++) {
+		size_t n = strlen(kvt_tier_name(t));
+
+		if (eq && (size_t)(eq - arg) == n && !strncmp(arg, kvt_tier_name(t), n)) {
+			snprintf(key, sizeof(key), "tier.%s.policy", kvt_tier_name(t));
+			set_key(o, key, eq + 1);
+			return;
+		}
+	}
+	if (eq) {
+		fprintf(stderr, "%s: --policy %s: the tier must be fast, host or nvme\n", prog, arg);
+		exit(2);
+	}
+	for (t = 0; t < KVT_NTIERS; t++) {
+		snprintf(key, sizeof(key), "tier.%s.policy", kvt_tier_name(t));
+		set_key(o, key, arg);
+	}
+}
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= KVT_LOG_WARN) {
+		cli_bar_done();
+		fprintf(stderr, "%s: %s\n", prog, msg);
+	}
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	for (;;) {
+		if (n + 4096 + 1 > cap) {
+			cap = cap ? cap * 2 : 65536;
+			if (!(buf = realloc(buf, cap)))
+				die("%s: out of memory", path);
+		}
+		size_t r = fread(buf + n, 1, cap - n - 1, f);
+
+		n += r;
+		if (r == 0)
+			break;
+	}
+	if (ferror(f))
+		die("%s: read error", path);
+	fclose(f);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+/* Token ids, whitespace-separated. */
+static int32_t *read_ids(const char *path, uint32_t n_vocab, unsigned *n)
+{
+	size_t len, cap = 0;
+	char *text = read_file(path, &len), *p = text, *end;
+	int32_t *ids = NULL;
+
+	*n = 0;
+	for (;;) {
+		long long v;
+
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+			p++;
+		if (!*p)
+			break;
+		errno = 0;
+		v = strtoll(p, &end, 10);
+		if (end == p || errno || (*end && !strchr(" \t\r\n", *end)))
+			die("%s: byte %zu: \"%.*s\" is not a token id", path, (size_t)(p - text),
+			    (int)strcspn(p, " \t\r\n") < 16 ? (int)strcspn(p, " \t\r\n") : 16, p);
+		if (v < 0 || v >= n_vocab)
+			die("%s: byte %zu: token id %lld is outside the vocabulary (0..%u)",
+			    path, (size_t)(p - text), v, n_vocab - 1);
+		if (*n == cap && !(ids = realloc(ids, (cap = cap ? cap * 2 : 1024) * sizeof(*ids))))
+			die("%s: out of memory", path);
+		ids[(*n)++] = (int32_t)v;
+		p = end;
+	}
+	free(text);
+	return ids;
+}
+
+static int32_t *tokenize_text(const struct kvt_tokenizer *tok, const char *text, size_t len,
+			      unsigned *n)
+{
+	int32_t *ids = malloc(64 * sizeof(*ids));
+	int need = ids ? kvt_tokenize(tok, text, len, 1, ids, 64) : -ENOMEM;
+
+	if (need > 64) {
+		int32_t *bigger = realloc(ids, (size_t)need * sizeof(*ids));
+
+		if (!bigger)
+			die("out of memory for %d prompt tokens", need);
+		ids = bigger;
+		need = kvt_tokenize(tok, text, len, 1, ids, (size_t)need);
+	}
+	if (need < 0)
+		die("cannot tokenize the prompt: %s", strerror(-need));
+	*n = (unsigned)need;
+	return ids;
+}
+
+/* Checks made before anything is allocated: each says what to change. */
+static void check_nvme_path(const char *path)
+{
+	struct stat st;
+	char *dup, *dir;
+
+	if (!path[0])
+		return;
+	if (!stat(path, &st)) {
+		if (S_ISDIR(st.st_mode) && access(path, W_OK | X_OK))
+			die("nvme path %s: directory is not writable (%s); give another --nvme-path",
+			    path, strerror(errno));
+		if (!S_ISDIR(st.st_mode) && !S_ISBLK(st.st_mode))
+			die("nvme path %s already exists and is not a directory or block device; "
+			    "remove it or give another --nvme-path", path);
+		if (S_ISBLK(st.st_mode) && access(path, R_OK | W_OK))
+			die("nvme path %s: %s", path, strerror(errno));
+		return;
+	}
+	if (errno != ENOENT)
+		die("nvme path %s: %s", path, strerror(errno));
+	dup = strdup(path);
+	dir = dup ? dirname(dup) : NULL;
+	if (!dir || access(dir, W_OK | X_OK))
+		die("nvme path %s: directory %s is missing or not writable; give another --nvme-path",
+		    path, dir ? dir : "?");
+	free(dup);
+}
+
+static double mib(uint64_t b) { return (double)b / (1 << 20); }
+
+/* "512 KiB", "1.5 MiB", "2.0 GiB": sizes in messages a user copies into a flag. */
+static const char *human(uint64_t b, char *buf, size_t len)
+{
+	if (b < (1u << 20))
+		snprintf(buf, len, "%lluK", (unsigned long long)((b + 1023) >> 10));
+	else if (b < (1ull << 30))
+		snprintf(buf, len, "%.1fM", (double)b / (1 << 20) + 0.05);
+	else
+		snprintf(buf, len, "%.2fG", (double)b / (1 << 30) + 0.005);
+	return buf;
+}
+
+static void plan_tiers(struct opts *o, const struct kvt_model *m, unsigned n_prompt)
+{
+	struct kvt_config *c = &o->cfg;
+	uint64_t pb = kvt_config_page_bytes(c), frames[KVT_NTIERS], total = 0;
+	uint64_t pages_seq = (o->n_ctx + c->page_tokens - 1) / c->page_tokens;
+	uint64_t shared = n_prompt / c->page_tokens;	/* whole prompt pages forks share */
+	uint64_t need = (uint64_t)m->hp.n_layer * (pages_seq + (o->batch - 1) * (pages_seq - shared));
+	uint64_t tails = (uint64_t)m->hp.n_layer * o->batch * 2;
+	/* Frames beyond the pages themselves: a page moving between two full
+	 * tiers needs a free frame on the way, and clean copies take room. */
+	uint64_t spare = 64 + need / 32;
+	uint64_t left = need, mem = 0;
+	struct sysinfo si;
+	char hb[32];
+	int t;
+
+	/* A tier whose size was not given gets what the KV needs, at most its
+	 * default; NVMe, where space is cheap, room for all of it. */
+	for (t = 0; t < KVT_NTIERS; t++) {
+		uint64_t want = t == KVT_TIER_NVME ? need + spare : left + tails;
+
+		if (!o->tier_set[t] && c->tier[t].bytes / pb > want)
+			c->tier[t].bytes = want * pb;
+		frames[t] = c->tier[t].bytes / pb;
+		left = left > frames[t] ? left - frames[t] : 0;
+		total += frames[t];
+	}
+	if (o->dense)
+		return;
+	if (frames[KVT_TIER_FAST] < tails)
+		die("the fast tier holds %llu pages of %llu KiB but %u sequence(s) of %u layers need %llu "
+		    "(a tail page each, and room to bring one in): raise --fast to at least %s",
+		    (unsigned long long)frames[0], (unsigned long long)(pb >> 10), o->batch,
+		    m->hp.n_layer, (unsigned long long)tails, human(tails * pb, hb, sizeof(hb)));
+	if (need + tails + spare > total)
+		die("a context of %u tokens x %u sequence(s) needs %.1f MiB of KV (%llu pages, with %llu "
+		    "spare for moving them) but the tiers hold %.1f MiB in all: raise --nvme (or --host), "
+		    "or lower --ctx/--batch", o->n_ctx, o->batch, mib((need + tails + spare) * pb),
+		    (unsigned long long)(need + tails + spare), (unsigned long long)spare,
+		    mib(total * pb));
+	if (!sysinfo(&si)) {
+		uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+
+		mem = m->weight_bytes + c->tier[KVT_TIER_FAST].bytes + c->tier[KVT_TIER_HOST].bytes;
+		if (mem > ram)
+			die("the model (%.0f MiB) plus the fast and host tiers (%.0f MiB) need more than "
+			    "this machine's %.0f MiB of memory: lower --host or --fast",
+			    mib(m->weight_bytes),
+			    mib(c->tier[KVT_TIER_FAST].bytes + c->tier[KVT_TIER_HOST].bytes), mib(ram));
+	}
+}
+
+/* JSON string body for len bytes (control bytes escaped, invalid UTF-8 passed through). */
+static void json_str(FILE *f, const char *s, size_t len)
+{
+	size_t i;
+
+	fputc('"', f);
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+struct out_seq {
+	int32_t *ids;
+	unsigned n;
+	char *text;
+	size_t len, cap;
+	int done, err;
+};
+
+static void append_text(struct out_seq *q, const char *p, size_t n)
+{
+	if (q->len + n + 1 > q->cap) {
+		q->cap = (q->len + n + 1) * 2;
+		if (!(q->text = realloc(q->text, q->cap)))
+			die("out of memory");
+	}
+	memcpy(q->text + q->len, p, n);
+	q->len += n;
+}
+
+static void on_prefill(void *arg, unsigned done)
+{
+	const unsigned *total = arg;
+	char ex[64];
+
+	snprintf(ex, sizeof(ex), "%u/%u tokens", done, *total);
+	cli_bar("prefill", (double)done / *total, ex);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
+	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
+	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG };
+	static const struct option lo[] = {
+		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
+		{ "file", required_argument, 0, 'f' }, { "prompt-ids", required_argument, 0, O_PROMPT_IDS },
+		{ "predict", required_argument, 0, 'n' }, { "ctx", required_argument, 0, O_CTX },
+		{ "batch", required_argument, 0, O_BATCH }, { "ignore-eos", no_argument, 0, O_EOS },
+		{ "temp", required_argument, 0, O_TEMP }, { "top-k", required_argument, 0, O_TOPK },
+		{ "top-p", required_argument, 0, O_TOPP }, { "seed", required_argument, 0, O_SEED },
+		{ "config", required_argument, 0, 'c' }, { "set", required_argument, 0, O_SET },
+		{ "fast", required_argument, 0, O_FAST }, { "host", required_argument, 0, O_HOST },
+		{ "nvme", required_argument, 0, O_NVME }, { "nvme-path", required_argument, 0, O_NVME_PATH },
+		{ "policy", required_argument, 0, O_POLICY }, { "prefetch", required_argument, 0, O_PREFETCH },
+		{ "page-tokens", required_argument, 0, O_PAGE }, { "kv-type", required_argument, 0, O_KVTYPE },
+		{ "dense", no_argument, 0, O_DENSE }, { "threads", required_argument, 0, 't' },
+		{ "save", required_argument, 0, O_SAVE }, { "restore", required_argument, 0, O_RESTORE },
+		{ "dump-logits", required_argument, 0, O_DUMP }, { "json", no_argument, 0, O_JSON },
+		{ "no-progress", no_argument, 0, O_NOBAR }, { "print-config", no_argument, 0, O_PRINTCFG },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	struct opts o = { .n_predict = 128, .batch = 1,
+			  .sp = { .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1 } };
+	struct kvt_model *m = NULL;
+	struct kvt_device *dev = NULL;
+	struct kvt_pager *pg = NULL;
+	struct kvt_engine *e = NULL;
+	struct kvt_session *ss[MAX_BATCH] = { 0 };
+	struct kvt_sampler *smp[MAX_BATCH] = { 0 };
+	struct out_seq out[MAX_BATCH];
+	int32_t *prompt = NULL;
+	unsigned n_prompt = 0, i, step, n_steps = 0;
+	double t_load, t_prefill = 0, t_decode = 0, t0;
+	FILE *dump = NULL;
+	char err[1024], hb[4][32];
+	int c, r, t;
+
+	kvt_config_default(&o.cfg);
+	kvt_engine_params_default(&o.ep);
+	o.ep.n_ctx = 0;
+	/* The config file first, so flags override it whatever their order. */
+	for (i = 1; i + 1 < (unsigned)argc; i++)
+		if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) {
+			struct kvt_config def = o.cfg;
+
+			if (kvt_config_load(&o.cfg, argv[i + 1], err, sizeof(err))) {
+				fprintf(stderr, "%s: %s\n", prog, err);
+				return 2;
+			}
+			for (t = 0; t < KVT_NTIERS; t++)
+				o.tier_set[t] |= o.cfg.tier[t].bytes != def.tier[t].bytes;
+		}
+	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o.model = optarg; break;
+		case 'p': o.prompt = optarg; break;
+		case 'f': o.prompt_file = optarg; break;
+		case O_PROMPT_IDS: o.prompt_ids = optarg; break;
+		case 'n': o.n_predict = parse_uint("-n", optarg, 0, 1u << 24); break;
+		case O_CTX: o.n_ctx = parse_uint("--ctx", optarg, 1, 1u << 24); break;
+		case O_BATCH: o.batch = parse_uint("--batch", optarg, 1, MAX_BATCH); break;
+		case O_EOS: o.ignore_eos = 1; break;
+		case O_TEMP: o.sp.temp = parse_float("--temp", optarg, 0, 100); break;
+		case O_TOPK: o.sp.top_k = parse_uint("--top-k", optarg, 0, 1u << 30); break;
+		case O_TOPP: o.sp.top_p = parse_float("--top-p", optarg, 1e-6f, 1); break;
+		case O_SEED: o.sp.seed = parse_uint("--seed", optarg, 0, 0xffffffffu); break;
+		case 'c': break;
+		case O_SET: {
+			char *eq = strchr(optarg, '=');
+
+			if (!eq) {
+				fprintf(stderr, "%s: --set %s: expected KEY=VALUE\n", prog, optarg);
+				return 2;
+			}
+			*eq = 0;
+			set_key(&o, optarg, eq + 1);
+			break;
+		}
+		case O_FAST: set_key(&o, "tier.fast.bytes", optarg); break;
+		case O_HOST: set_key(&o, "tier.host.bytes", optarg); break;
+		case O_NVME: set_key(&o, "tier.nvme.bytes", optarg); break;
+		case O_NVME_PATH: set_key(&o, "nvme.path", optarg); break;
+		case O_POLICY: set_policy(&o, optarg); break;
+		case O_PREFETCH: set_key(&o, "access.prefetch_depth", optarg); break;
+		case O_PAGE: set_key(&o, "geometry.page_tokens", optarg); o.page_set = 1; break;
+		case O_KVTYPE:
+			if (!strcmp(optarg, "f16"))
+				o.ep.kv_type = KVT_KV_F16;
+			else if (!strcmp(optarg, "f32"))
+				o.ep.kv_type = KVT_KV_F32;
+			else {
+				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16 or f32\n", prog, optarg);
+				return 2;
+			}
+			break;
+		case O_DENSE: o.dense = 1; break;
+		case 't': o.threads = parse_uint("-t", optarg, 1, 1024); break;
+		case O_SAVE: o.save = optarg; break;
+		case O_RESTORE: o.restore = optarg; break;
+		case O_DUMP: o.dump_logits = optarg; break;
+		case O_JSON: o.json = 1; break;
+		case O_NOBAR: o.no_bar = 1; break;
+		case O_PRINTCFG: o.print_config = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: fprintf(stderr, "%s: see --help\n", prog); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", prog, argv[optind]);
+		return 2;
+	}
+	if (!o.model) {
+		fprintf(stderr, "%s: -m MODEL is required (make one with kvt-mkmodel; see --help)\n", prog);
+		return 2;
+	}
+	if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids > 1) {
+		fprintf(stderr, "%s: give one of -p, -f and --prompt-ids\n", prog);
+		return 2;
+	}
+	if (!o.prompt && !o.prompt_file && !o.prompt_ids && !o.restore) {
+		fprintf(stderr, "%s: no prompt: give -p TEXT, -f FILE, --prompt-ids FILE or --restore FILE\n", prog);
+		return 2;
+	}
+	if (o.restore && o.batch > 1) {
+		fprintf(stderr, "%s: --restore continues one conversation; drop --batch\n", prog);
+		return 2;
+	}
+	cli_bar_on = isatty(2) && !o.no_bar;
+	o.cfg.log = log_cb;
+
+	t0 = cli_now();
+	if ((r = kvt_model_load(o.model, &m, err, sizeof(err))))
+		die("%s", err);
+	kvt_engine_pager_geometry(m, o.ep.kv_type, &o.cfg);
+	if (!o.page_set) {
+		/* Pages of whole 4 KiB blocks, for O_DIRECT: small models need more tokens a page. */
+		while (kvt_config_page_bytes(&o.cfg) % 4096)
+			o.cfg.page_tokens *= 2;
+	}
+
+	/* The prompt, and the context it needs. */
+	if (o.prompt_ids) {
+		prompt = read_ids(o.prompt_ids, m->hp.n_vocab, &n_prompt);
+	} else if (o.prompt || o.prompt_file) {
+		size_t len;
+		char *text = o.prompt ? strdup(o.prompt) : read_file(o.prompt_file, &len);
+
+		if (!text)
+			die("out of memory");
+		prompt = tokenize_text(m->tok, text, strlen(text), &n_prompt);
+		free(text);
+	}
+	if (!o.restore && !n_prompt)
+		die("the prompt is empty");
+	{
+		unsigned pt = o.cfg.page_tokens;
+		uint64_t want = (uint64_t)n_prompt + o.n_predict + (o.save ? 1 : 0);
+
+		if (o.restore) {
+			/* the saved length is not known before the file is read: leave room */
+			if (!o.n_ctx)
+				o.n_ctx = m->hp.n_ctx_train;
+		} else if (!o.n_ctx) {
+			o.n_ctx = (unsigned)((want + pt - 1) / pt * pt);
+		} else if (want > o.n_ctx) {
+			die("the prompt is %u tokens and -n asks for %u more, but --ctx is %u: raise --ctx "
+			    "to at least %llu or shorten the prompt", n_prompt, o.n_predict, o.n_ctx,
+			    (unsigned long long)want);
+		}
+	}
+	if (o.n_ctx > m->hp.n_ctx_train && !o.json)
+		fprintf(stderr, "%s: note: a context of %u tokens is beyond the %u the model was trained on\n",
+			prog, o.n_ctx, m->hp.n_ctx_train);
+	o.ep.n_ctx = o.n_ctx;
+	o.ep.n_threads = o.threads;
+	o.ep.max_batch = o.batch;
+	o.ep.dense = o.dense;
+
+	if ((r = kvt_config_validate(&o.cfg, err, sizeof(err))))
+		die("%s", err);
+	plan_tiers(&o, m, n_prompt);
+	if (o.print_config) {
+		char buf[16384];
+
+		if (kvt_config_print(&o.cfg, buf, sizeof(buf)) < 0)
+			die("configuration too large to print");
+		fputs(buf, stdout);
+		kvt_model_free(m);
+		free(prompt);
+		return 0;
+	}
+	if (!o.dense)
+		check_nvme_path(o.cfg.nvme_path);
+	if (o.dump_logits && !(dump = fopen(o.dump_logits, "wb")))
+		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+
+	if (!o.dense) {
+		if ((r = kvt_device_open(o.cfg.device, o.cfg.copy_gbps, &dev)))
+			die("device \"%s\": %s", o.cfg.device, strerror(-r));
+		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
+			die("cannot open the pager: %s", strerror(-r));
+	}
+	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
+		die("%s", err);
+	t_load = cli_now() - t0;
+
+	if (!o.json)
+		fprintf(stderr, "%s: %s: %u layers, %u dims, %u heads (%u KV), %s weights, vocab %u; "
+			"context %u, KV %s %s/sequence; fast %s, host %s, nvme %s; "
+			"policy %s/%s/%s, prefetch %u%s\n",
+			prog, m->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
+			m->type, m->hp.n_vocab, o.n_ctx, o.ep.kv_type == KVT_KV_F16 ? "f16" : "f32",
+			human(kvt_model_kv_bytes_per_token(m, o.ep.kv_type == KVT_KV_F16 ? 2 : 4) * o.n_ctx,
+			      hb[0], sizeof(hb[0])),
+			human(o.cfg.tier[0].bytes, hb[1], sizeof(hb[1])),
+			human(o.cfg.tier[1].bytes, hb[2], sizeof(hb[2])),
+			human(o.cfg.tier[2].bytes, hb[3], sizeof(hb[3])),
+			o.cfg.tier[0].policy, o.cfg.tier[1].policy, o.cfg.tier[2].policy,
+			o.cfg.prefetch_depth, o.dense ? " (dense reference path: tiers unused)" : "");
+
+	/* Prefill (or restore), then fork the batch from the prompt. */
+	t0 = cli_now();
+	if (o.restore) {
+		if ((r = kvt_session_restore(e, o.restore, &ss[0], err, sizeof(err))))
+			die("%s", err);
+		if (n_prompt && kvt_session_len(ss[0]) + n_prompt + o.n_predict > o.n_ctx)
+			die("the restored conversation (%u tokens) plus the prompt and -n do not fit --ctx %u",
+			    kvt_session_len(ss[0]), o.n_ctx);
+	} else if ((r = kvt_session_new(e, &ss[0]))) {
+		die("cannot open a sequence: %s", strerror(-r));
+	}
+	if (n_prompt) {
+		r = kvt_eval(e, ss[0], prompt, n_prompt, on_prefill, &n_prompt);
+		cli_bar_done();
+		if (r == -ERANGE)
+			die("the prompt does not fit the context of %u tokens: raise --ctx", o.n_ctx);
+		if (r)
+			die("prefill failed: %s", strerror(-r));
+	}
+	if (!kvt_session_logits(ss[0]))
+		die("the restored conversation has no logits to continue from: give a prompt");
+	t_prefill = cli_now() - t0;
+	for (i = 1; i < o.batch; i++)
+		if ((r = kvt_session_fork(e, ss[0], kvt_session_len(ss[0]), &ss[i])))
+			die("cannot fork sequence %u: %s", i, strerror(-r));
+	memset(out, 0, sizeof(out));
+	for (i = 0; i < o.batch; i++) {
+		struct kvt_sampler_params sp = o.sp;
+
+		sp.seed = o.sp.seed + i;
+		if ((r = kvt_sampler_new(&sp, m->hp.n_vocab, &smp[i])))
+			die("sampler: %s", strerror(-r));
+		if (!(out[i].ids = malloc((o.n_predict + 1) * sizeof(int32_t))))
+			die("out of memory");
+	}
+
+	/* Generate: sample from each sequence's logits, feed the tokens back together. */
+	t0 = cli_now();
+	for (step = 0; step < o.n_predict; step++) {
+		struct kvt_session *run[MAX_BATCH];
+		int32_t feed[MAX_BATCH];
+		unsigned nrun = 0;
+		char piece[256], ex[64];
+
+		for (i = 0; i < o.batch; i++) {
+			const float *lg = kvt_session_logits(ss[i]);
+			int32_t id;
+			int len;
+
+			if (out[i].done)
+				continue;
+			if (kvt_session_error(ss[i])) {
+				out[i].done = 1;
+				out[i].err = kvt_session_error(ss[i]);
+				cli_bar_done();
+				fprintf(stderr, "%s: sequence %u ended: %s; the others go on\n", prog, i,
+					strerror(-out[i].err));
+				continue;
+			}
+			id = kvt_sample(smp[i], lg);
+			if (dump && fwrite(lg, sizeof(float), m->hp.n_vocab, dump) != m->hp.n_vocab)
+				die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+			out[i].ids[out[i].n++] = id;
+			len = kvt_token_piece(m->tok, id, piece, sizeof(piece));
+			if (len > (int)sizeof(piece))
+				len = sizeof(piece);
+			if (len > 0)
+				append_text(&out[i], piece, (size_t)len);
+			if (o.batch == 1 && !o.json && len > 0) {
+				if (cli_bar_on)
+					fputs("\r\033[K", stderr);
+				fwrite(piece, 1, (size_t)len, stdout);
+				fflush(stdout);
+			}
+			if (id == kvt_tokenizer_eos(m->tok) && !o.ignore_eos) {
+				out[i].done = 1;
+				continue;
+			}
+			if (step + 1 < o.n_predict || o.save) {
+				run[nrun] = ss[i];
+				feed[nrun++] = id;
+			}
+		}
+		if (!nrun)
+			break;
+		r = kvt_decode(e, run, feed, nrun);
+		if (r < 0)
+			die("decode failed: %s", strerror(-r));
+		n_steps++;
+		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
+		if (o.batch > 1 || o.json)
+			cli_bar("decode", (double)(step + 1) / o.n_predict, ex);
+	}
+	t_decode = cli_now() - t0;
+	cli_bar_done();
+	if (o.batch == 1 && !o.json)
+		fputc('\n', stdout);
+	if (dump && fclose(dump))
+		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+
+	if (o.save && (r = kvt_session_save(e, ss[0], o.save, err, sizeof(err))))
+		die("%s", err);
+
+	{
+		struct kvt_stats st;
+		unsigned gen = 0;
+
+		memset(&st, 0, sizeof(st));
+		if (pg)
+			kvt_pager_stats(pg, &st);
+		for (i = 0; i < o.batch; i++)
+			gen += out[i].n;
+		if (o.json) {
+			static char buf[32768];
+			unsigned k;
+
+			printf("{\"model\":");
+			json_str(stdout, m->name, strlen(m->name));
+			printf(",\"n_ctx\":%u,\"prompt_tokens\":%u,\"batch\":%u,\"load_s\":%.6f,"
+			       "\"prefill\":{\"tokens\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
+			       "\"decode\":{\"tokens\":%u,\"steps\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
+			       "\"sequences\":[",
+			       o.n_ctx, n_prompt, o.batch, t_load, n_prompt, t_prefill,
+			       t_prefill > 0 ? n_prompt / t_prefill : 0.0, gen, n_steps, t_decode,
+			       t_decode > 0 ? gen / t_decode : 0.0);
+			for (i = 0; i < o.batch; i++) {
+				printf("%s{\"error\":", i ? "," : "");
+				if (out[i].err)
+					json_str(stdout, strerror(-out[i].err), strlen(strerror(-out[i].err)));
+				else
+					printf("null");
+				printf(",\"text\":");
+				json_str(stdout, out[i].text ? out[i].text : "", out[i].len);
+				printf(",\"ids\":[");
+				for (k = 0; k < out[i].n; k++)
+					printf("%s%d", k ? "," : "", out[i].ids[k]);
+				printf("]}");
+			}
+			printf("]");
+			if (pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
+				printf(",\"pager\":%s", buf);
+			printf("}\n");
+		} else {
+			for (i = 0; o.batch > 1 && i < o.batch; i++)
+				printf("--- sequence %u%s\n%.*s\n", i, out[i].err ? " (ended early)" : "",
+				       (int)out[i].len, out[i].text ? out[i].text : "");
+			fprintf(stderr, "\nload %.2f s; prefill %u tokens in %.2f s (%.1f tokens/s); "
+				"decode %u tokens in %.2f s (%.2f tokens/s, %u sequence(s))\n",
+				t_load, n_prompt, t_prefill, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
+				gen, t_decode, t_decode > 0 ? gen / t_decode : 0.0, o.batch);
+			if (pg) {
+				fputc('\n', stderr);
+				cli_print_tiers(stderr, &st);
+			}
+		}
+	}
+	for (i = 0; i < o.batch; i++) {
+		kvt_session_free(e, ss[i]);
+		kvt_sampler_free(smp[i]);
+		free(out[i].ids);
+		free(out[i].text);
+	}
+	kvt_engine_free(e);
+	kvt_pager_close(pg);
+	kvt_device_close(dev);
+	kvt_model_free(m);
+	free(prompt);
+	for (i = 0; i < o.batch; i++)
+		if (out[i].err)
+			return 1;
+	return 0;
+}
