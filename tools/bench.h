@@ -48,5 +48,9 @@ void   bench_log(void *arg, int level, const char *msg);
 int    bench_make_file(const char *dir, uint64_t size, char *path, size_t len);
 
 int bench_io(int argc, char **argv);
+/* The inference runtime (tools/bench_infer.c). */
+int bench_decode(int argc, char **argv);
+int bench_resume(int argc, char **argv);
+int bench_prefill(int argc, char **argv);
 
 #endif

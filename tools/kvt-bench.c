@@ -7,6 +7,9 @@
  *   kvt-bench copy   fast<->host copies vs memcpy
  *   kvt-bench pager  acquire+release of resident pages per second
  *   kvt-bench scan   the full-attention scan over three tiers vs its bound
+ *   kvt-bench decode   decode tokens/s at long contexts over tiers vs its bound
+ *   kvt-bench resume   first token of a conversation parked on NVMe vs prefill
+ *   kvt-bench prefill  prefill vs sgemm, decode vs the read bandwidth
  *   kvt-bench all    each of them with short defaults
  *
  * Every subcommand takes --json (one JSON object per measurement).
@@ -532,14 +535,22 @@ static int bench_host(int argc, char **argv)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: kvt-bench io|copy|pager|scan|all [options] [--json]\n"
+	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|prefill|all [options]\n"
+		   "                 [--json]\n"
 		   "  io     NVMe tier read/write bandwidth vs fio (--bs, --depth, --seconds, --file)\n"
 		   "  copy   fast<->host copy bandwidth vs memcpy (--sizes, --total)\n"
 		   "  pager  acquire+release of resident pages per second on one core (--batch)\n"
 		   "  scan   full-attention scan, fast 1/4, host 1/4, NVMe the rest, vs its bound\n"
 		   "         (--layers, --pages, --steps, --policies, --dir, --depth, --prefetch)\n"
 		   "  host   time to map, place, prefault and lock the host tier (--size)\n"
-		   "  all    each of the above with short defaults\n");
+		   "  decode   decode tokens/s at 4K..64K contexts, all-fast vs fast/host/NVMe\n"
+		   "           splits, vs max(all-fast time, NVMe bytes / fio rate) (--ctx, --steps)\n"
+		   "  resume   first token of a conversation parked on NVMe vs recomputing its\n"
+		   "           prefill (--ctx, --repeat)\n"
+		   "  prefill  prefill GFLOP/s vs OpenBLAS sgemm; decode vs weights+KV at the\n"
+		   "           read bandwidth (--tokens, --ctx)\n"
+		   "           each of the three: model geometry flags or -m FILE, --dir; --help\n"
+		   "  all    each of the above with short defaults (decode, resume, prefill at 4K)\n");
 	return f == stderr ? 2 : 0;
 }
 
@@ -560,6 +571,12 @@ int main(int argc, char **argv)
 		return bench_scan(argc, argv);
 	if (!strcmp(cmd, "host"))
 		return bench_host(argc, argv);
+	if (!strcmp(cmd, "decode"))
+		return bench_decode(argc, argv);
+	if (!strcmp(cmd, "resume"))
+		return bench_resume(argc, argv);
+	if (!strcmp(cmd, "prefill"))
+		return bench_prefill(argc, argv);
 	if (!strcmp(cmd, "all")) {
 		char *io[] = { "io", "--bs", "256K,1M", "--depth", "1,8,32", "--seconds", "2", NULL };
 		char *cp[] = { "copy", NULL };
@@ -577,7 +594,25 @@ int main(int argc, char **argv)
 		r |= bench_pager(1, pg);
 		optind = 1;
 		printf("== scan\n");
+		fflush(stdout);
 		r |= bench_scan(1, sc);
+		/* The inference benchmarks at small contexts: seconds, not minutes. */
+		char *dc[] = { "decode", "--ctx", "4K", "--steps", "4", "--fio-seconds", "1", NULL };
+		char *rs[] = { "resume", "--ctx", "4K", "--repeat", "3", "--fio-seconds", "1", NULL };
+		char *pf[] = { "prefill", "--tokens", "512", "--steps", "4", "--repeat", "2",
+			       "--bw-bytes", "256M", NULL };
+		optind = 1;
+		printf("== decode\n");
+		fflush(stdout);
+		r |= bench_decode(7, dc);
+		optind = 1;
+		printf("== resume\n");
+		fflush(stdout);
+		r |= bench_resume(7, rs);
+		optind = 1;
+		printf("== prefill\n");
+		fflush(stdout);
+		r |= bench_prefill(9, pf);
 		return r;
 	}
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help"))
