@@ -23,7 +23,7 @@
 
 #include "pager/internal.h"
 
-#define MAX_MOVE	128	/* pages per promotion batch, at most */
+#define MAX_MOVE	1024	/* pages per promotion batch, at most */
 #define MAX_VICTIMS	64	/* victims asked for at once */
 #define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
 #define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
@@ -1118,13 +1118,15 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		goto fail;
 
 	/* Pages in flight take frames beyond the resident set twice over
-	 * (landing, and waiting to be consumed): keep a batch to an eighth
-	 * of the fast tier so the set a policy keeps is not eaten by it. */
-	p->move_batch = (uint32_t)(frames[KVT_TIER_FAST] / 8);
-	if (p->move_batch > MAX_MOVE)
-		p->move_batch = MAX_MOVE;
-	if (p->move_batch < 8)
-		p->move_batch = 8;
+	 * (landing, and waiting to be consumed): a batch is an eighth of the
+	 * fast tier, so the set a policy keeps is not eaten by it, but at
+	 * least what fills the NVMe queue (depth x largest request: one
+	 * batch's reads are all the disk sees at a time), up to a quarter. */
+	uint64_t fill = (uint64_t)cfg->io_depth * cfg->max_io_bytes / pb;
+	uint64_t mb = frames[KVT_TIER_FAST] / 8;
+	if (mb < fill)
+		mb = fill < frames[KVT_TIER_FAST] / 4 ? fill : frames[KVT_TIER_FAST] / 4;
+	p->move_batch = (uint32_t)(mb > MAX_MOVE ? MAX_MOVE : mb < 8 ? 8 : mb);
 	p->npages = (uint32_t)(frames[0] + frames[1] + frames[2]);
 	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
 	p->scratch = malloc(MAX_MOVE * sizeof(struct move));

@@ -61,6 +61,8 @@ struct iopts {
 	double	 fio_seconds;
 	const char *policy;	/* every tier's; NULL: the config's default */
 	int	 prefetch;	/* prefetch_depth; -1: the config's default */
+	const char *set[16];	/* KEY=VALUE config settings, in order */
+	int	 nset;
 	int	 json;
 };
 
@@ -87,7 +89,7 @@ static uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 enum {
 	O_LAYERS = 256, O_DIM, O_HEADS, O_KV_HEADS, O_FF, O_VOCAB, O_WTYPE, O_DIR, O_THREADS,
 	O_CTX, O_STEPS, O_WARMUP, O_REPEAT, O_TOKENS, O_BW_BYTES, O_FIO_SECONDS, O_JSON,
-	O_MODEL, O_HELP, O_POLICY, O_PREFETCH,
+	O_MODEL, O_HELP, O_POLICY, O_PREFETCH, O_SET,
 };
 
 /* Which options a subcommand takes (bits of 1 << (code - O_LAYERS)). */
@@ -95,7 +97,7 @@ enum {
 #define O_COMMON	(OBIT(O_LAYERS) | OBIT(O_DIM) | OBIT(O_HEADS) | OBIT(O_KV_HEADS) | \
 			 OBIT(O_FF) | OBIT(O_VOCAB) | OBIT(O_WTYPE) | OBIT(O_DIR) | \
 			 OBIT(O_THREADS) | OBIT(O_JSON) | OBIT(O_MODEL) | OBIT(O_HELP))
-#define O_TIERS		(OBIT(O_POLICY) | OBIT(O_PREFETCH))
+#define O_TIERS		(OBIT(O_POLICY) | OBIT(O_PREFETCH) | OBIT(O_SET))
 
 static const struct option long_opts[] = {
 	{ "layers", required_argument, 0, O_LAYERS }, { "dim", required_argument, 0, O_DIM },
@@ -109,7 +111,8 @@ static const struct option long_opts[] = {
 	{ "fio-seconds", required_argument, 0, O_FIO_SECONDS }, { "json", no_argument, 0, O_JSON },
 	{ "model", required_argument, 0, O_MODEL }, { "help", no_argument, 0, O_HELP },
 	{ "policy", required_argument, 0, O_POLICY },
-	{ "prefetch", required_argument, 0, O_PREFETCH }, { 0 } };
+	{ "prefetch", required_argument, 0, O_PREFETCH }, { "set", required_argument, 0, O_SET },
+	{ 0 } };
 
 static const struct { const char *name; uint32_t type; } wtypes[] = {
 	{ "f32", KVT_GGML_F32 }, { "f16", KVT_GGML_F16 }, { "bf16", KVT_GGML_BF16 },
@@ -147,7 +150,8 @@ static void usage_infer(const char *sub, FILE *f)
 		   "  --dir    where the NVMe tier file, the fio file and the model go ($TMPDIR or /tmp)\n");
 	if (strcmp(sub, "prefill"))
 		fprintf(f, "  --policy P    every tier's policy (default: the config's, lru)\n"
-			   "  --prefetch N  layers prefetched ahead (default: the config's, 2)\n");
+			   "  --prefetch N  layers prefetched ahead (default: the config's, 2)\n"
+			   "  --set KEY=VALUE  any config key (docs/config.md), e.g. --set access.host_in_place=on\n");
 }
 
 static const char *opt_name(int code)
@@ -181,7 +185,7 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 			c = O_MODEL;
 		else if (c == 'j')
 			c = O_JSON;
-		if (c < O_LAYERS || c > O_PREFETCH)
+		if (c < O_LAYERS || c > O_SET)
 			return 2;
 		if (!(allowed & OBIT(c))) {
 			fprintf(stderr, "kvt-bench %s: --%s is not an option of %s\n", o->sub,
@@ -218,6 +222,21 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 
 			bad = parse_uint(optarg, &v) || v > 64;
 			o->prefetch = bad ? -1 : (int)v;
+			break;
+		}
+		case O_SET: {
+			struct kvt_config probe;
+			char key[128], err[512];
+			const char *eq = strchr(optarg, '=');
+
+			kvt_config_default(&probe);
+			bad = !eq || (size_t)(eq - optarg) >= sizeof(key) || o->nset == 16;
+			if (!bad) {
+				snprintf(key, sizeof(key), "%.*s", (int)(eq - optarg), optarg);
+				if (kvt_config_set(&probe, key, eq + 1, err, sizeof(err)))
+					failmsg(o, err);
+				o->set[o->nset++] = optarg;
+			}
 			break;
 		}
 		case O_MODEL: o->model = optarg; break;
@@ -326,6 +345,10 @@ static void print_repro(const struct iopts *o, const char *extra)
 		put(&l, " --policy %s", o->policy);
 	if (o->prefetch >= 0)
 		put(&l, " --prefetch %d", o->prefetch);
+	for (int i = 0; i < o->nset; i++) {
+		put(&l, " --set ");
+		put_quoted(&l, o->set[i]);
+	}
 	put(&l, " --dir ");
 	put_quoted(&l, o->dirbuf);
 	if (o->json)
@@ -475,6 +498,14 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 		snprintf(g->cfg.tier[t].policy, sizeof(g->cfg.tier[t].policy), "%s", o->policy);
 	if (o->prefetch >= 0)
 		g->cfg.prefetch_depth = (unsigned)o->prefetch;
+	for (int i = 0; i < o->nset; i++) {
+		char key[128];
+		const char *eq = strchr(o->set[i], '=');
+
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - o->set[i]), o->set[i]);
+		if (kvt_config_set(&g->cfg, key, eq + 1, err, sizeof(err)))
+			failmsg(o, err);
+	}
 	g->cfg.log = bench_log;
 	if (kvt_config_validate(&g->cfg, err, sizeof(err)))
 		failmsg(o, err);
