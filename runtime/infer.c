@@ -316,11 +316,15 @@ int kvt_session_fork(struct kvt_engine *e, struct kvt_session *s, unsigned ntok,
 
 int kvt_session_park(struct kvt_engine *e, struct kvt_session *s)
 {
+	if (s->err)
+		return s->err;
 	return e->ep.dense ? 0 : kvt_seq_park(e->p, s->seq);
 }
 
 int kvt_session_resume(struct kvt_engine *e, struct kvt_session *s)
 {
+	if (s->err)
+		return s->err;
 	return e->ep.dense ? 0 : kvt_seq_resume(e->p, s->seq);
 }
 
@@ -438,6 +442,15 @@ static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 	return kvt_seq_append(e->p, s->seq, layer, k, v, n);
 }
 
+/* A session that failed gives its pages back at once, so the space it
+ * held (the likely cause: a full tier) goes to the sessions still running. */
+static void end_session(struct kvt_engine *e, struct kvt_session *s, int err)
+{
+	s->err = err;
+	if (s->seq && !kvt_seq_close(e->p, s->seq))
+		s->seq = 0;
+}
+
 static void add_rows(float *x, const float *y, size_t n)
 {
 	size_t i;
@@ -497,7 +510,7 @@ static int forward(struct kvt_engine *e, struct span *sp, unsigned nsp, const in
 				ret = attend(e, p->s, l, e->q + p->r0 * E, e->pos + p->r0, p->n,
 					     e->att + p->r0 * E);
 			if (ret) {
-				p->s->err = ret;
+				end_session(e, p->s, ret);
 				memset(e->att + p->r0 * E, 0, p->n * E * sizeof(float));
 			}
 		}
@@ -640,7 +653,7 @@ int kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsigne
 				kvt_f32_to_f16(e->vh, e->v, c * KV);
 			}
 			if ((ret = store_kv(e, s, l, 0, c, s->len))) {
-				s->err = ret;
+				end_session(e, s, ret);
 				return ret;
 			}
 		}

@@ -11,8 +11,9 @@
  * over contiguous K/V: the tests hold the two to the same logits.
  *
  * Errors that belong to one session (a lost page, no frame, a full disk)
- * end that session (kvt_session_error) and leave the others running; the
- * functions return -errno only for what stops the whole call.
+ * end that session (kvt_session_error): its pages are given back at once,
+ * so the space goes to the others, which keep running. The functions
+ * return -errno only for what stops the whole call.
  */
 #ifndef KVT_RUNTIME_INFER_H
 #define KVT_RUNTIME_INFER_H
