@@ -1166,6 +1166,11 @@ KVT_API size_t kvt_pager_page_bytes(const struct kvt_pager *p)
 	return p->page_bytes;
 }
 
+KVT_API void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out)
+{
+	*out = p->cfg;
+}
+
 KVT_API uint64_t kvt_pager_step(struct kvt_pager *p)
 {
 	pthread_mutex_lock(&p->lock);

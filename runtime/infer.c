@@ -29,6 +29,7 @@ struct kvt_session {
 	unsigned len;
 	float	*logits;		/* (n_vocab), valid when have_logits */
 	int	 have_logits;
+	int	 parked;		/* appends refused until resume (-EBUSY) */
 	int	 err;			/* -errno that ended the session */
 };
 
@@ -68,7 +69,7 @@ struct attn_job {
 	unsigned layer, n_pages, n_tasks;
 	const float *q;
 	const uint32_t *qpos;
-	int err;			/* first error, written under the pool's join */
+	int err;			/* an error of some task (any one), read after the join */
 };
 
 void kvt_engine_params_default(struct kvt_engine_params *ep)
@@ -126,16 +127,21 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	e->kv_dim = hp->n_head_kv * hp->head_dim;
 	e->kvb = ep->kv_type == KVT_KV_F32 ? 4 : 2;
 	if (e->p) {
-		size_t want = (size_t)e->kv_dim * e->kvb * 2, pb = kvt_pager_page_bytes(e->p);
+		struct kvt_config pc, mc;
 
-		/* page bytes = page_tokens * kv_dim * 2 * kvb */
-		if (!want || pb % want || (pb / want) == 0) {
+		kvt_pager_config(e->p, &pc);
+		mc = pc;
+		kvt_engine_pager_geometry(m, ep->kv_type, &mc);
+		if (pc.n_layers != mc.n_layers || pc.n_kv_heads != mc.n_kv_heads ||
+		    pc.head_dim != mc.head_dim || pc.dtype_bytes != mc.dtype_bytes) {
 			ret = efail(err, errlen, -EINVAL,
-				    "engine: pager pages of %zu bytes do not hold whole tokens of this model (%zu bytes of K and V per token and layer)",
-				    pb, want);
+				    "engine: the pager's geometry (%u layers, %u KV heads x %u, %u-byte values) "
+				    "is not the model's (%u layers, %u KV heads x %u, %u-byte values)",
+				    pc.n_layers, pc.n_kv_heads, pc.head_dim, pc.dtype_bytes,
+				    mc.n_layers, mc.n_kv_heads, mc.head_dim, mc.dtype_bytes);
 			goto fail;
 		}
-		e->page_tokens = (unsigned)(pb / want);
+		e->page_tokens = pc.page_tokens;
 	}
 	ret = kvt_pool_new(ep->n_threads, &e->pool);
 	if (ret) {
@@ -316,16 +322,26 @@ int kvt_session_fork(struct kvt_engine *e, struct kvt_session *s, unsigned ntok,
 
 int kvt_session_park(struct kvt_engine *e, struct kvt_session *s)
 {
+	int ret;
+
 	if (s->err)
 		return s->err;
-	return e->ep.dense ? 0 : kvt_seq_park(e->p, s->seq);
+	ret = e->ep.dense ? 0 : kvt_seq_park(e->p, s->seq);
+	if (!ret)
+		s->parked = 1;
+	return ret;
 }
 
 int kvt_session_resume(struct kvt_engine *e, struct kvt_session *s)
 {
+	int ret;
+
 	if (s->err)
 		return s->err;
-	return e->ep.dense ? 0 : kvt_seq_resume(e->p, s->seq);
+	ret = e->ep.dense ? 0 : kvt_seq_resume(e->p, s->seq);
+	if (!ret)
+		s->parked = 0;
+	return ret;
 }
 
 unsigned kvt_session_len(const struct kvt_session *s) { return s->len; }
@@ -464,8 +480,24 @@ static void add_rows(float *x, const float *y, size_t n)
  * each span's session that is still fine has its tokens appended and the
  * logits of its last row. Session errors are recorded in the session;
  * the return is -errno only for a failure of the whole step. */
+static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
+			const int32_t *tok, unsigned R);
+
+/* A step that fails part-way has appended K/V for some layers and not
+ * others: its sessions cannot go on, and are ended. */
 static int forward(struct kvt_engine *e, struct span *sp, unsigned nsp, const int32_t *tok,
 		   unsigned R)
+{
+	int ret = forward_rows(e, sp, nsp, tok, R);
+
+	for (unsigned i = 0; ret < 0 && i < nsp; i++)
+		if (!sp[i].s->err)
+			end_session(e, sp[i].s, ret);
+	return ret;
+}
+
+static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
+			const int32_t *tok, unsigned R)
 {
 	const struct kvt_model *m = e->m;
 	const struct kvt_hparams *hp = &m->hp;
@@ -567,6 +599,8 @@ int kvt_eval(struct kvt_engine *e, struct kvt_session *s, const int32_t *tokens,
 
 	if (s->err)
 		return s->err;
+	if (s->parked)
+		return -EBUSY;
 	if ((uint64_t)s->len + n > e->ep.n_ctx)
 		return -ERANGE;
 	if ((ret = check_tokens(e, tokens, n)))
@@ -592,9 +626,18 @@ int kvt_decode(struct kvt_engine *e, struct kvt_session *const *ss, const int32_
 {
 	struct span sp[64];
 	int32_t tk[64];
-	unsigned i, done = 0, live = 0;
+	unsigned i, j, done = 0, live = 0;
 	int ret;
 
+	/* Refused as a whole, changing nothing: a parked session (resume it
+	 * first) or one named twice. */
+	for (i = 0; i < n; i++) {
+		if (ss[i]->parked && !ss[i]->err)
+			return -EBUSY;
+		for (j = 0; j < i; j++)
+			if (ss[j] == ss[i])
+				return -EINVAL;
+	}
 	while (done < n) {
 		unsigned cnt = 0, lim = e->ep.max_batch < 64 ? e->ep.max_batch : 64;
 
@@ -661,6 +704,7 @@ int kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsigne
 		s->len += c;
 		done += c;
 	}
+	s->have_logits = 0;	/* they were for the token before the fill */
 	return 0;
 }
 
@@ -844,6 +888,24 @@ out:
 	free(k);
 	free(v);
 	return ret;
+}
+
+int kvt_session_peek(const char *path, unsigned *len, char *err, size_t errlen)
+{
+	struct sess_hdr h;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return efail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	ret = read_all(fd, &h, sizeof(h), NULL);
+	close(fd);
+	if (ret == -ENODATA || (!ret && (memcmp(h.magic, SESS_MAGIC, sizeof(h.magic)) ||
+					 h.version != SESS_VERSION)))
+		return efail(err, errlen, -EINVAL, "%s: not a kvtier session file (bad magic or version at offset 0)", path);
+	if (ret)
+		return efail(err, errlen, ret, "%s: %s", path, strerror(-ret));
+	*len = h.len;
+	return 0;
 }
 
 int kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_session **out,

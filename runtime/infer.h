@@ -38,6 +38,8 @@ void kvt_engine_params_default(struct kvt_engine_params *ep);
 /* Fill the page geometry of a pager config from the model and KV type. */
 void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kvt_config *cfg);
 
+/* An engine and its sessions are used from one thread at a time (the
+ * engine's scratch is shared); the engine runs its own compute threads. */
 struct kvt_engine;
 struct kvt_session;
 
@@ -75,6 +77,9 @@ int  kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *p
 		      char *err, size_t errlen);
 int  kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_session **out,
 			 char *err, size_t errlen);
+/* The number of tokens a saved session holds, from its header alone (to
+ * size a context before restoring). 0, or -errno with one line in err. */
+int  kvt_session_peek(const char *path, unsigned *len, char *err, size_t errlen);
 
 /* For benchmarks: append n positions of seeded random K/V (token id 0)
  * to every layer without running the model, so a long context can be set
@@ -87,14 +92,16 @@ int  kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsign
 /* Feed n tokens to one session (prefill), in chunks of ep.chunk rows.
  * progress, if set, is called after each chunk with tokens done so far.
  * 0, -ERANGE (would exceed n_ctx), -EINVAL (a token id out of range),
- * or the session's error. */
+ * -EBUSY (parked: resume it first; nothing changes), or the session's
+ * error. */
 int  kvt_eval(struct kvt_engine *e, struct kvt_session *s, const int32_t *tokens,
 	      unsigned n, void (*progress)(void *arg, unsigned done), void *arg);
 
 /* One token for each of n sessions, decoded together (the weights are read
  * once for all). A session that fails is ended (kvt_session_error); the
  * rest go on. Returns the number of sessions that are still fine, or
- * -errno when nothing could run. */
+ * -errno when nothing could run: -EBUSY (changing nothing) when one of
+ * them is parked, -EINVAL when one is named twice. */
 int  kvt_decode(struct kvt_engine *e, struct kvt_session *const *ss, const int32_t *tokens,
 		unsigned n);
 

@@ -185,8 +185,17 @@ static int load_hparams(struct ld *l)
 	if ((ret = get_uint(l, "llama.rope.dimension_count", &hp->rope_dim, 0)))
 		return ret;
 	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
-		return fail(l, -EINVAL, "llama.rope.dimension_count %u must be even and at most the head size %u",
+		return fail(l, -EINVAL, "the rotated dimensions per head (%u, llama.rope.dimension_count "
+			    "or the head size) must be even and at most the head size %u",
 			    hp->rope_dim, hp->head_dim);
+	/* Nine tensors a block, plus embedding and norm, before anything is
+	 * sized by the block count. */
+	if ((uint64_t)hp->n_layer * 9 + 2 > l->m->g->n_tensors)
+		return fail(l, -EINVAL, "llama.block_count %u needs at least %llu tensors but the file has %llu",
+			    hp->n_layer, (ull)hp->n_layer * 9 + 2, (ull)l->m->g->n_tensors);
+	if (kvt_gguf_find_tensor(l->m->g, "rope_freqs.weight"))
+		return fail(l, -EINVAL, "tensor rope_freqs.weight (per-frequency RoPE factors, as in "
+			    "Llama 3.1) is not supported");
 	hp->rope_theta = 10000.0f;
 	hp->rms_eps = 1e-5f;
 	if ((ret = get_float(l, "llama.rope.freq_base", &hp->rope_theta)) ||

@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <stdarg.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,11 @@ struct opts {
 };
 
 static const char *prog = "kvt-run";
+
+/* What must not outlive the process: the pager (whose close removes the
+ * NVMe file it created) on an error exit, and that file on a signal. */
+static struct kvt_pager *live_pager;
+static char created_path[KVT_PATH_MAX];
 
 static void usage(FILE *f)
 {
@@ -81,8 +87,9 @@ static void usage(FILE *f)
 		"      --save FILE       save the conversation (tokens and KV) at the end\n"
 		"      --restore FILE    start from a saved conversation (no prefill)\n"
 		"output\n"
-		"      --dump-logits FILE  each generated step's logits, raw little-endian\n"
-		"                        float32 rows of n_vocab (sequence-major per step)\n"
+		"      --dump-logits FILE  each generated token's logits, raw little-endian\n"
+		"                        float32 rows of n_vocab: per step, one row for each\n"
+		"                        sequence still generating, in sequence order\n"
 		"      --json            one JSON object on stdout: text, ids, timings, stats\n"
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n");
@@ -99,7 +106,16 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	kvt_pager_close(live_pager);
 	exit(1);
+}
+
+static void on_signal(int sig)
+{
+	if (created_path[0])
+		unlink(created_path);	/* async-signal-safe; the pager would have removed it */
+	signal(sig, SIG_DFL);
+	raise(sig);
 }
 
 static unsigned parse_uint(const char *flag, const char *s, unsigned lo, unsigned hi)
@@ -244,10 +260,10 @@ static int32_t *read_ids(const char *path, uint32_t n_vocab, unsigned *n)
 }
 
 static int32_t *tokenize_text(const struct kvt_tokenizer *tok, const char *text, size_t len,
-			      unsigned *n)
+			      int add_bos, unsigned *n)
 {
 	int32_t *ids = malloc(64 * sizeof(*ids));
-	int need = ids ? kvt_tokenize(tok, text, len, 1, ids, 64) : -ENOMEM;
+	int need = ids ? kvt_tokenize(tok, text, len, add_bos, ids, 64) : -ENOMEM;
 
 	if (need > 64) {
 		int32_t *bigger = realloc(ids, (size_t)need * sizeof(*ids));
@@ -255,7 +271,7 @@ static int32_t *tokenize_text(const struct kvt_tokenizer *tok, const char *text,
 		if (!bigger)
 			die("out of memory for %d prompt tokens", need);
 		ids = bigger;
-		need = kvt_tokenize(tok, text, len, 1, ids, (size_t)need);
+		need = kvt_tokenize(tok, text, len, add_bos, ids, (size_t)need);
 	}
 	if (need < 0)
 		die("cannot tokenize the prompt: %s", strerror(-need));
@@ -284,6 +300,8 @@ static void check_nvme_path(const char *path)
 	}
 	if (errno != ENOENT)
 		die("nvme path %s: %s", path, strerror(errno));
+	if (path[strlen(path) - 1] != '/')
+		snprintf(created_path, sizeof(created_path), "%s", path);
 	dup = strdup(path);
 	dir = dup ? dirname(dup) : NULL;
 	if (!dir || access(dir, W_OK | X_OK))
@@ -358,15 +376,44 @@ static void plan_tiers(struct opts *o, const struct kvt_model *m, unsigned n_pro
 	}
 }
 
-/* JSON string body for len bytes (control bytes escaped, invalid UTF-8 passed through). */
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 :
+		     (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+	uint32_t cp;
+
+	if (!len || len > n)
+		return 0;
+	cp = len == 1 ? s[0] : s[0] & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms, surrogates and values past U+10FFFF are not UTF-8 */
+	if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+/* A JSON string of len bytes: control bytes escaped, bytes that are not
+ * valid UTF-8 (a model may emit any byte token) as U+FFFD. */
 static void json_str(FILE *f, const char *s, size_t len)
 {
-	size_t i;
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, n;
 
 	fputc('"', f);
-	for (i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
+	while (i < len) {
+		unsigned char c = u[i];
 
+		if (!(n = utf8_len(u + i, len - i))) {
+			fputs("\\ufffd", f);
+			i++;
+			continue;
+		}
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
 		else if (c == '\n')
@@ -374,7 +421,8 @@ static void json_str(FILE *f, const char *s, size_t len)
 		else if (c < 0x20)
 			fprintf(f, "\\u%04x", c);
 		else
-			fputc(c, f);
+			fwrite(u + i, 1, n, f);
+		i += n;
 	}
 	fputc('"', f);
 }
@@ -444,23 +492,28 @@ int main(int argc, char **argv)
 	double t_load, t_prefill = 0, t_decode = 0, t0;
 	FILE *dump = NULL;
 	char err[1024], hb[4][32];
-	int c, r, t;
+	int c, r, t, save_failed = 0;
 
 	kvt_config_default(&o.cfg);
 	kvt_engine_params_default(&o.ep);
 	o.ep.n_ctx = 0;
-	/* The config file first, so flags override it whatever their order. */
-	for (i = 1; i + 1 < (unsigned)argc; i++)
-		if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) {
-			struct kvt_config def = o.cfg;
+	/* The config file first, so flags override it whatever their order:
+	 * a first pass over the options takes -c/--config only. */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
+		struct kvt_config def = o.cfg;
 
-			if (kvt_config_load(&o.cfg, argv[i + 1], err, sizeof(err))) {
-				fprintf(stderr, "%s: %s\n", prog, err);
-				return 2;
-			}
-			for (t = 0; t < KVT_NTIERS; t++)
-				o.tier_set[t] |= o.cfg.tier[t].bytes != def.tier[t].bytes;
+		if (c != 'c')
+			continue;
+		if (kvt_config_load(&o.cfg, optarg, err, sizeof(err))) {
+			fprintf(stderr, "%s: %s\n", prog, err);
+			return 2;
 		}
+		for (t = 0; t < KVT_NTIERS; t++)
+			o.tier_set[t] |= o.cfg.tier[t].bytes != def.tier[t].bytes;
+	}
+	opterr = 1;
+	optind = 0;
 	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': o.model = optarg; break;
@@ -532,9 +585,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: no prompt: give -p TEXT, -f FILE, --prompt-ids FILE or --restore FILE\n", prog);
 		return 2;
 	}
-	if (o.restore && o.batch > 1) {
-		fprintf(stderr, "%s: --restore continues one conversation; drop --batch\n", prog);
+	if ((o.restore || o.save) && o.batch > 1) {
+		fprintf(stderr, "%s: --save and --restore keep one conversation; drop --batch\n", prog);
 		return 2;
+	}
+	if (o.save) {
+		char *dup = strdup(o.save), *d = dup ? dirname(dup) : NULL;
+
+		if (!d || access(d, W_OK | X_OK)) {
+			fprintf(stderr, "%s: --save %s: directory %s is missing or not writable\n", prog,
+				o.save, d ? d : "?");
+			return 2;
+		}
+		free(dup);
 	}
 	cli_bar_on = isatty(2) && !o.no_bar;
 	o.cfg.log = log_cb;
@@ -558,7 +621,8 @@ int main(int argc, char **argv)
 
 		if (!text)
 			die("out of memory");
-		prompt = tokenize_text(m->tok, text, strlen(text), &n_prompt);
+		/* a continuation of a restored conversation takes no BOS */
+		prompt = tokenize_text(m->tok, text, strlen(text), !o.restore, &n_prompt);
 		free(text);
 	}
 	if (!o.restore && !n_prompt)
@@ -568,16 +632,19 @@ int main(int argc, char **argv)
 		uint64_t want = (uint64_t)n_prompt + o.n_predict + (o.save ? 1 : 0);
 
 		if (o.restore) {
-			/* the saved length is not known before the file is read: leave room */
-			if (!o.n_ctx)
-				o.n_ctx = m->hp.n_ctx_train;
-		} else if (!o.n_ctx) {
-			o.n_ctx = (unsigned)((want + pt - 1) / pt * pt);
-		} else if (want > o.n_ctx) {
-			die("the prompt is %u tokens and -n asks for %u more, but --ctx is %u: raise --ctx "
-			    "to at least %llu or shorten the prompt", n_prompt, o.n_predict, o.n_ctx,
-			    (unsigned long long)want);
+			unsigned saved;
+
+			if (kvt_session_peek(o.restore, &saved, err, sizeof(err)))
+				die("%s", err);
+			want += saved;
 		}
+		if (!o.n_ctx)
+			o.n_ctx = (unsigned)((want + pt - 1) / pt * pt);
+		else if (want > o.n_ctx)
+			die("the %s is %llu tokens and -n asks for %u more, but --ctx is %u: raise --ctx "
+			    "to at least %llu or shorten the prompt", o.restore ? "conversation" : "prompt",
+			    (unsigned long long)(want - o.n_predict - (o.save ? 1 : 0)), o.n_predict,
+			    o.n_ctx, (unsigned long long)want);
 	}
 	if (o.n_ctx > m->hp.n_ctx_train && !o.json)
 		fprintf(stderr, "%s: note: a context of %u tokens is beyond the %u the model was trained on\n",
@@ -608,8 +675,13 @@ int main(int argc, char **argv)
 	if (!o.dense) {
 		if ((r = kvt_device_open(o.cfg.device, o.cfg.copy_gbps, &dev)))
 			die("device \"%s\": %s", o.cfg.device, strerror(-r));
+		signal(SIGINT, on_signal);
+		signal(SIGTERM, on_signal);
+		signal(SIGHUP, on_signal);
+		signal(SIGPIPE, on_signal);
 		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
 			die("cannot open the pager: %s", strerror(-r));
+		live_pager = pg;
 	}
 	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
 		die("%s", err);
@@ -634,9 +706,6 @@ int main(int argc, char **argv)
 	if (o.restore) {
 		if ((r = kvt_session_restore(e, o.restore, &ss[0], err, sizeof(err))))
 			die("%s", err);
-		if (n_prompt && kvt_session_len(ss[0]) + n_prompt + o.n_predict > o.n_ctx)
-			die("the restored conversation (%u tokens) plus the prompt and -n do not fit --ctx %u",
-			    kvt_session_len(ss[0]), o.n_ctx);
 	} else if ((r = kvt_session_new(e, &ss[0]))) {
 		die("cannot open a sequence: %s", strerror(-r));
 	}
@@ -684,8 +753,8 @@ int main(int argc, char **argv)
 				out[i].done = 1;
 				out[i].err = kvt_session_error(ss[i]);
 				cli_bar_done();
-				fprintf(stderr, "%s: sequence %u ended: %s; the others go on\n", prog, i,
-					strerror(-out[i].err));
+				fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
+					strerror(-out[i].err), o.batch > 1 ? "; the others go on" : "");
 				continue;
 			}
 			id = kvt_sample(smp[i], lg);
@@ -724,13 +793,16 @@ int main(int argc, char **argv)
 	}
 	t_decode = cli_now() - t0;
 	cli_bar_done();
+	for (i = 0; i < o.batch; i++)
+		if (!out[i].err && kvt_session_error(ss[i])) {
+			out[i].err = kvt_session_error(ss[i]);
+			fprintf(stderr, "%s: sequence %u ended: %s\n", prog, i, strerror(-out[i].err));
+		}
 	if (o.batch == 1 && !o.json)
 		fputc('\n', stdout);
 	if (dump && fclose(dump))
 		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
 
-	if (o.save && (r = kvt_session_save(e, ss[0], o.save, err, sizeof(err))))
-		die("%s", err);
 
 	{
 		struct kvt_stats st;
@@ -785,6 +857,11 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	/* Saved after the results are out, so a failed save loses none of them. */
+	if (o.save && !out[0].err && kvt_session_save(e, ss[0], o.save, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		save_failed = 1;
+	}
 	for (i = 0; i < o.batch; i++) {
 		kvt_session_free(e, ss[i]);
 		kvt_sampler_free(smp[i]);
@@ -793,11 +870,12 @@ int main(int argc, char **argv)
 	}
 	kvt_engine_free(e);
 	kvt_pager_close(pg);
+	live_pager = NULL;
 	kvt_device_close(dev);
 	kvt_model_free(m);
 	free(prompt);
 	for (i = 0; i < o.batch; i++)
 		if (out[i].err)
 			return 1;
-	return 0;
+	return save_failed;
 }

@@ -46,6 +46,8 @@ void kvt_pager_close(struct kvt_pager *p);
 
 /* Bytes of one page. */
 size_t kvt_pager_page_bytes(const struct kvt_pager *p);
+/* The configuration the pager was opened with (its geometry, tiers). */
+void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out);
 
 /* Advance the decode step. A page's accesses count once per step for the
  * policies, however many times it is acquired in that step. Returns the
