@@ -92,7 +92,7 @@ test: deps-check
 
 # run: the main job on embedded defaults: kvt-run on a synthetic model (made
 # once) with the project's docs as a long prompt; KV 8x the fast tier
-RUN_MODEL ?= $(BUILD)/kvt-synth-8x512.gguf
+RUN_MODEL ?= $(BUILD)/kvt-synth-8x512-32k.gguf
 RUN_FLAGS ?= -n 128 --fast 16M --host 32M
 RUN_PROMPT = $(BUILD)/run-prompt.txt
 run: deps-check
@@ -100,7 +100,7 @@ run: deps-check
 	@$(MAKE) --no-print-directory -s tools
 	@[ -f $(RUN_MODEL) ] || { echo "writing a synthetic model to $(RUN_MODEL)"; \
 		$(BUILD)/kvt-mkmodel --layers 8 --dim 512 --heads 8 --kv-heads 4 --ff 1536 \
-			--ctx 16384 --type f16 -o $(RUN_MODEL); }
+			--ctx 32768 --type f16 -o $(RUN_MODEL); }
 	@cat README.md docs/architecture.md docs/config.md | head -c 26000 > $(RUN_PROMPT)
 	$(BUILD)/kvt-run -m $(RUN_MODEL) -f $(RUN_PROMPT) $(RUN_FLAGS)
 
