@@ -788,7 +788,8 @@ int main(int argc, char **argv)
 			die("decode failed: %s", strerror(-r));
 		n_steps++;
 		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
-		if (o.batch > 1 || o.json)
+		/* Text streaming to a terminal is its own progress; otherwise a bar. */
+		if (o.batch > 1 || o.json || !isatty(1))
 			cli_bar("decode", (double)(step + 1) / o.n_predict, ex);
 	}
 	t_decode = cli_now() - t0;
