@@ -151,7 +151,8 @@ static void usage_infer(const char *sub, FILE *f)
 	if (strcmp(sub, "prefill"))
 		fprintf(f, "  --policy P    every tier's policy (default: the config's, lru)\n"
 			   "  --prefetch N  layers prefetched ahead (default: the config's, 2)\n"
-			   "  --set KEY=VALUE  any config key (docs/config.md), e.g. --set access.host_in_place=on\n");
+			   "  --set KEY=VALUE  any config key (docs/config.md) but the tier sizes, which each\n"
+			   "                set-up fixes; e.g. --set access.host_in_place=on\n");
 }
 
 static const char *opt_name(int code)
@@ -457,10 +458,23 @@ struct rig {
 };
 
 /* The page geometry for m with f16 K/V: cfg's defaults plus the model's. */
-static void geometry(const struct kvt_model *m, struct kvt_config *cfg)
+/* The config every pager of a run starts from: defaults, the model's
+ * geometry, then the --set keys (so a page size given there is the one
+ * planned with and printed). */
+static void geometry(const struct iopts *o, const struct kvt_model *m, struct kvt_config *cfg)
 {
+	char err[512];
+
 	kvt_config_default(cfg);
 	kvt_engine_pager_geometry(m, KVT_KV_F16, cfg);
+	for (int i = 0; i < o->nset; i++) {
+		char key[128];
+		const char *eq = strchr(o->set[i], '=');
+
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - o->set[i]), o->set[i]);
+		if (kvt_config_set(cfg, key, eq + 1, err, sizeof(err)))
+			failmsg(o, err);
+	}
 }
 
 /* Pages of one session of n_ctx tokens, all layers. */
@@ -488,7 +502,7 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 	int r;
 
 	memset(g, 0, sizeof(*g));
-	geometry(m, &g->cfg);
+	geometry(o, m, &g->cfg);
 	g->pb = kvt_config_page_bytes(&g->cfg);
 	g->cfg.tier[KVT_TIER_FAST].bytes = fast * g->pb;
 	g->cfg.tier[KVT_TIER_HOST].bytes = host * g->pb;
@@ -498,14 +512,6 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 		snprintf(g->cfg.tier[t].policy, sizeof(g->cfg.tier[t].policy), "%s", o->policy);
 	if (o->prefetch >= 0)
 		g->cfg.prefetch_depth = (unsigned)o->prefetch;
-	for (int i = 0; i < o->nset; i++) {
-		char key[128];
-		const char *eq = strchr(o->set[i], '=');
-
-		snprintf(key, sizeof(key), "%.*s", (int)(eq - o->set[i]), o->set[i]);
-		if (kvt_config_set(&g->cfg, key, eq + 1, err, sizeof(err)))
-			failmsg(o, err);
-	}
 	g->cfg.log = bench_log;
 	if (kvt_config_validate(&g->cfg, err, sizeof(err)))
 		failmsg(o, err);
@@ -674,7 +680,7 @@ int bench_decode(int argc, char **argv)
 	struct kvt_model *m = get_model(&o);
 	struct kvt_config cfg;
 
-	geometry(m, &cfg);
+	geometry(&o, m, &cfg);
 	uint64_t pb = kvt_config_page_bytes(&cfg), layers = m->hp.n_layer;
 
 	/* The fio file: as large as the largest context's KV, like the NVMe
@@ -829,7 +835,7 @@ int bench_resume(int argc, char **argv)
 	struct kvt_model *m = get_model(&o);
 	struct kvt_config cfg;
 
-	geometry(m, &cfg);
+	geometry(&o, m, &cfg);
 	unsigned n_ctx = (unsigned)round_up((uint64_t)ctx + o.repeat + 16, cfg.page_tokens);
 	uint64_t layers = m->hp.n_layer, total = session_pages(m, &cfg, n_ctx);
 	uint64_t pb = kvt_config_page_bytes(&cfg);
@@ -1074,7 +1080,7 @@ int bench_prefill(int argc, char **argv)
 	const struct kvt_hparams *hp = &m->hp;
 	struct kvt_config cfg;
 
-	geometry(m, &cfg);
+	geometry(&o, m, &cfg);
 	unsigned n_ctx = (unsigned)round_up(want + 16, cfg.page_tokens);
 	uint64_t total = session_pages(m, &cfg, n_ctx);
 	struct rig g;
