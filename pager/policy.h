@@ -46,5 +46,12 @@ extern const struct kvt_policy_ops kvt_policy_lru;
 extern const struct kvt_policy_ops kvt_policy_clock;
 extern const struct kvt_policy_ops kvt_policy_mru;
 extern const struct kvt_policy_ops kvt_policy_lifo;
+extern const struct kvt_policy_ops kvt_policy_fifo;
+extern const struct kvt_policy_ops kvt_policy_lfu;
+extern const struct kvt_policy_ops kvt_policy_sieve;
+extern const struct kvt_policy_ops kvt_policy_s3fifo;
+extern const struct kvt_policy_ops kvt_policy_2q;
+extern const struct kvt_policy_ops kvt_policy_slru;
+extern const struct kvt_policy_ops kvt_policy_arc;
 
 #endif
