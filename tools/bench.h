@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-double bench_now(void);				/* monotonic seconds */
+#include "tools/cli.h"	/* cli_now(): monotonic seconds */
+
 double bench_median(double *v, int n);		/* sorts v; 0 when n <= 0 */
 
 /* A size: a number with an optional K, M, G or T suffix (powers of 1024),

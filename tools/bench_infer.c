@@ -637,10 +637,10 @@ static void run_decode(const struct iopts *o, struct kvt_model *m, unsigned ctx,
 		step(o, &g, s, i, m->hp.n_vocab);
 	stats(o, &g, &a);
 	for (i = 0; i < o->steps; i++) {
-		double t0 = bench_now();
+		double t0 = cli_now();
 
 		step(o, &g, s, i, m->hp.n_vocab);
-		t[i] = bench_now() - t0;
+		t[i] = cli_now() - t0;
 	}
 	stats(o, &g, &b);
 	diff(&a, &b, &d);
@@ -879,11 +879,11 @@ int bench_resume(int argc, char **argv)
 		fflush(stdout);
 	}
 	stats(&o, &g, &a);
-	double t0 = bench_now();
+	double t0 = cli_now();
 
 	if ((r = kvt_eval(g.e, s, tok, ctx, prefill_progress, &ctx)))
 		fail(&o, "kvt_eval", r);
-	double t_prefill = bench_now() - t0;
+	double t_prefill = cli_now() - t0;
 
 	stats(&o, &g, &b);
 	diff(&a, &b, &d);
@@ -898,10 +898,10 @@ int bench_resume(int argc, char **argv)
 
 	for (unsigned k = 0; k < o.repeat; k++) {
 		stats(&o, &g, &a);
-		t0 = bench_now();
+		t0 = cli_now();
 		if ((r = kvt_session_park(g.e, s)))
 			fail(&o, "kvt_session_park", r);
-		t_park[k] = bench_now() - t0;
+		t_park[k] = cli_now() - t0;
 		stats(&o, &g, &b);
 		if (!k) {
 			park0 = t_park[0];
@@ -909,12 +909,12 @@ int bench_resume(int argc, char **argv)
 			parked_nvme = b.tier[KVT_TIER_NVME].used;
 			parked_up = b.tier[KVT_TIER_FAST].used + b.tier[KVT_TIER_HOST].used;
 		}
-		t0 = bench_now();
+		t0 = cli_now();
 		if ((r = kvt_session_resume(g.e, s)))
 			fail(&o, "kvt_session_resume", r);
-		t_resume[k] = bench_now() - t0;
+		t_resume[k] = cli_now() - t0;
 		step(&o, &g, s, k, m->hp.n_vocab);
-		t_ttft[k] = bench_now() - t0;
+		t_ttft[k] = cli_now() - t0;
 		stats(&o, &g, &c);
 		diff(&b, &c, &d);
 		nvme_read[k] = (double)d.nvme_read;
@@ -1142,10 +1142,10 @@ int bench_prefill(int argc, char **argv)
 			double tc[GEMM_CALLS];
 
 			for (int c = 0; c < GEMM_CALLS; c++) {
-				double t0 = bench_now();
+				double t0 = cli_now();
 
 				gemm(&sh[i], rows, gx, gw, gy);
-				tc[c] = bench_now() - t0;
+				tc[c] = cli_now() - t0;
 			}
 			t_shape[i][k] = bench_median(tc, GEMM_CALLS);
 			t_gemm[k] += t_shape[i][k] * sh[i].count;
@@ -1162,11 +1162,11 @@ int bench_prefill(int argc, char **argv)
 			tok[i] = (int32_t)(3 + x % (hp->n_vocab - 3));
 		}
 		struct kvt_session *s = new_session(&o, &g);
-		double t0 = bench_now();
+		double t0 = cli_now();
 
 		if ((r = kvt_eval(g.e, s, tok, ntok, NULL, NULL)))
 			fail(&o, "kvt_eval", r);
-		t_pre[k] = bench_now() - t0;
+		t_pre[k] = cli_now() - t0;
 		kvt_session_free(g.e, s);
 		free(tok);
 	}
@@ -1229,13 +1229,13 @@ int bench_prefill(int argc, char **argv)
 	double t_bw[MAX_SAMPLES], t_step[MAX_SAMPLES];
 
 	for (unsigned i = 0; i < o.steps; i++) {
-		double t0 = bench_now();
+		double t0 = cli_now();
 
 		kvt_pool_run(pool, sweep_task, &sw, sw.tasks);
-		t_bw[i] = bench_now() - t0;
-		t0 = bench_now();
+		t_bw[i] = cli_now() - t0;
+		t0 = cli_now();
 		step(&o, &g, s, i, hp->n_vocab);
-		t_step[i] = bench_now() - t0;
+		t_step[i] = cli_now() - t0;
 	}
 	double bw = (double)(sw.bytes / sw.tasks / 64 * 64 * sw.tasks) / bench_median(t_bw, (int)o.steps);
 	double dstep = bench_median(t_step, (int)o.steps);

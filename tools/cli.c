@@ -1,7 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-#include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <time.h>
 
 #include "tools/cli.h"
@@ -33,34 +30,6 @@ void cli_bar_done(void)
 {
 	if (cli_bar_on)
 		fputc('\n', stderr);
-}
-
-int cli_parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	double x;
-
-	errno = 0;
-	x = strtod(s, &end);
-	if (errno || end == s || !(x >= 0))
-		goto bad;
-	switch (*end) {
-	case 'k': case 'K': x *= 1 << 10; end++; break;
-	case 'm': case 'M': x *= 1 << 20; end++; break;
-	case 'g': case 'G': x *= 1 << 30; end++; break;
-	case 't': case 'T': x *= 1099511627776.0; end++; break;
-	}
-	if (*end == 'i' && end[-1] != 0)
-		end++;			/* "64Mi" */
-	if (*end == 'B')
-		end++;
-	if (*end || x >= 18446744073709551615.0)
-		goto bad;
-	*out = (uint64_t)x;
-	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
 }
 
 void cli_print_tiers(FILE *f, const struct kvt_stats *st)

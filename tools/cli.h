@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* What the command-line tools share: progress bars, the tier table, sizes. */
+/* What the command-line tools share: the clock, progress bars, the tier table. */
 #ifndef KVT_TOOLS_CLI_H
 #define KVT_TOOLS_CLI_H
 
@@ -15,9 +15,6 @@ double cli_now(void);			/* CLOCK_MONOTONIC seconds */
 extern int cli_bar_on;
 void cli_bar(const char *what, double frac, const char *extra);
 void cli_bar_done(void);		/* ends the bar's line */
-
-/* "64M", "1.5G", "4096": bytes, or -1 (with errno) for a bad size. */
-int cli_parse_size(const char *s, uint64_t *out);
 
 /* The tier table (hits, misses, bytes moved each way, latency), the
  * prefetch outcomes, stall time and what the tiers could not get. */

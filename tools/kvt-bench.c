@@ -111,16 +111,16 @@ static int bench_copy(int argc, char **argv)
 			for (int k = 0; k < reps && k < 32; k++) {
 				/* Alternate the two so drift hits both alike. */
 				uint64_t f = 0;
-				double t0 = bench_now();
+				double t0 = cli_now();
 				for (uint64_t i = 0; i < n; i++)
 					if (kvt_dev_copy_async(dev, dst + i * sz, src + i * sz, sz, dir, &f))
 						die("copy", -EIO);
 				kvt_dev_fence_wait(dev, f);
-				tc[k] = bench_now() - t0;
-				t0 = bench_now();
+				tc[k] = cli_now() - t0;
+				t0 = cli_now();
 				for (uint64_t i = 0; i < n; i++)
 					memcpy(dst + i * sz, src + i * sz, sz);
-				tm[k] = bench_now() - t0;
+				tm[k] = cli_now() - t0;
 			}
 			int nk = reps < 32 ? reps : 32;
 			double bc = (double)(n * sz) / bench_median(tc, nk) / 1e9;
@@ -285,7 +285,7 @@ static int bench_pager(int argc, char **argv)
 		int nk = reps < 32 ? reps : 32;
 		for (int k = 0; k < nk; k++) {
 			uint64_t pages = 0;
-			double t0 = bench_now(), t;
+			double t0 = cli_now(), t;
 			do {
 				for (int it = 0; it < 64; it++) {
 					unsigned l = (unsigned)it % su.layers;
@@ -299,7 +299,7 @@ static int bench_pager(int argc, char **argv)
 					kvt_batch_release(b);
 				}
 				kvt_pager_step(p);
-				t = bench_now() - t0;
+				t = cli_now() - t0;
 			} while (t < seconds / nk);
 			rate[k] = (double)pages / t;
 		}
@@ -343,9 +343,9 @@ static void run_scan(const struct setup *su, unsigned steps, int do_touch, struc
 	scan_step(p, s, su->layers, do_touch, &sink);	/* warm: reach steady state */
 	kvt_pager_stats(p, &a);
 	for (unsigned i = 0; i < steps && i < 64; i++) {
-		double t0 = bench_now();
+		double t0 = cli_now();
 		scan_step(p, s, su->layers, do_touch, &sink);
-		t[i] = bench_now() - t0;
+		t[i] = cli_now() - t0;
 	}
 	kvt_pager_stats(p, &b);
 	unsigned n = steps < 64 ? steps : 64;
@@ -490,12 +490,12 @@ static int bench_host(int argc, char **argv)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	static const char *const huge[] = { "4k", "auto", "hugetlb", "thp" };
 	/* Reference: one thread faults the pages in by writing them. */
-	double t0 = bench_now();
+	double t0 = cli_now();
 	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		die("mmap", -errno);
 	memset(m, 0, size);
-	double t_ref = bench_now() - t0;
+	double t_ref = cli_now() - t0;
 	munmap(m, size);
 	if (!json)
 		printf("%-9s %-8s %8s %10s %9s  %s\n", "hugepages", "threads", "seconds", "GB/s",
@@ -503,10 +503,10 @@ static int bench_host(int argc, char **argv)
 	for (int hp = 0; hp < 2; hp++) {
 		for (long th = 1; th <= ncpu; th = th < ncpu && th * 2 > ncpu ? ncpu : th * 2) {
 			struct kvt_host_arena a;
-			t0 = bench_now();
+			t0 = cli_now();
 			int r = kvt_host_arena_open(&a, size, hp ? KVT_HUGE_AUTO : KVT_HUGE_OFF, KVT_AUTO,
 						    KVT_NUMA_ANY, (unsigned)th);
-			double t = bench_now() - t0;
+			double t = cli_now() - t0;
 			if (r)
 				die("host arena", r);
 			if (json)
