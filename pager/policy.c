@@ -12,6 +12,13 @@ const struct kvt_policy_ops *const kvt_policies[] = {
 	&kvt_policy_clock,
 	&kvt_policy_mru,
 	&kvt_policy_lifo,
+	&kvt_policy_fifo,
+	&kvt_policy_lfu,
+	&kvt_policy_sieve,
+	&kvt_policy_s3fifo,
+	&kvt_policy_2q,
+	&kvt_policy_slru,
+	&kvt_policy_arc,
 	NULL,
 };
 

@@ -206,6 +206,9 @@ static const struct tiers tier_sets[] = {
 	{ "fast10-host25-lru", 10, 25, "lru", 2 },
 	{ "fast10-nvme-clock", 10, 0, "clock", 1 },
 	{ "fast10-host25-mru", 10, 25, "mru", 2 },
+	{ "fast10-host25-arc", 10, 25, "arc", 2 },
+	{ "fast10-nvme-s3fifo", 10, 0, "s3fifo", 2 },
+	{ "fast10-host25-sieve", 10, 25, "sieve", 1 },
 };
 
 static void test_geometries(void)
