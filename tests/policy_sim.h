@@ -12,6 +12,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <math.h>
 
 #include "pager/policy.h"
 
@@ -39,6 +40,23 @@ static inline void sim_open(struct sim *s, const struct kvt_policy_ops *ops, siz
 	s->pin = calloc(cap, 1);
 	CHECK(s->meta && s->key && s->used && s->pin);
 	CHECK_EQ(ops->init(&s->st, "", cap), 0);
+}
+
+/* Replace the policy state with one made from params. */
+static inline void sim_reinit(struct sim *s, const char *params)
+{
+	s->ops->destroy(s->st);
+	s->st = NULL;
+	CHECK_EQ(s->ops->init(&s->st, params, s->cap), 0);
+	CHECK(s->st);
+}
+
+/* sim_open, with the policy made from params (sim_open passes ""). */
+static inline void sim_open_params(struct sim *s, const struct kvt_policy_ops *ops,
+				   size_t cap, const char *params)
+{
+	sim_open(s, ops, cap);
+	sim_reinit(s, params);
 }
 
 static inline void sim_close(struct sim *s)
@@ -150,6 +168,333 @@ static inline void check_victims(struct sim *s, size_t want, const uint64_t *exp
 	CHECK_EQ(s->ops->victims(s->st, out, want, sim_pinned, s), n);
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(out[i], exp[i]);
+}
+
+/* victims(8) with no pinned() callback must return exactly the keys in exp. */
+static inline void check_victims_nocb(struct sim *s, const uint64_t *exp, size_t n)
+{
+	uint64_t out[8];
+
+	CHECK(n <= 8);
+	CHECK_EQ(s->ops->victims(s->st, out, 8, NULL, NULL), n);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(out[i], exp[i]);
+}
+
+/* A tier of cap with pages 1..n inserted in order, none used; victims()
+ * of the empty tier gives 0 first. */
+static inline void sim_open_fill(struct sim *s, const struct kvt_policy_ops *ops,
+				 size_t cap, uint64_t n)
+{
+	uint64_t out[1];
+
+	sim_open(s, ops, cap);
+	CHECK_EQ(ops->victims(s->st, out, 1, sim_pinned, s), 0);
+	for (uint64_t k = 1; k <= n; k++)
+		sim_insert(s, k);
+}
+
+/* Remove key and insert it again. */
+static inline void sim_reinsert(struct sim *s, uint64_t key)
+{
+	sim_remove(s, key);
+	sim_insert(s, key);
+}
+
+/*
+ * Pinned pages are skipped, the order is kept, all pinned gives 0. Pages
+ * 1..5 go into a tier of 5 and are never used; exp is their eviction
+ * order. The steps, in turn:
+ *   0  no callback: all five
+ *   1  want 3: the first three, distinct, in order
+ *   2  exp[0] pinned, want 1: exp[1]
+ *   3  exp[0] pinned, want 8: the other four
+ *   4  exp[0] and exp[2] pinned, want 8: exp[1] exp[3] exp[4]; want 0: 0
+ *   5  all pinned: none
+ * Step 0 starts on a new tier, and so does each step in the mask fresh
+ * (bit i for step i); the others go on with the tier before them. A
+ * policy whose victims() moves a hand wants the steps it moves it for
+ * on a new tier.
+ */
+#define PIN_FRESH(i) (1u << (i))
+static inline void check_pinned_order(const struct kvt_policy_ops *ops, const uint64_t *exp,
+				      unsigned fresh)
+{
+	const uint64_t e134[] = { exp[1], exp[3], exp[4] };
+	uint64_t out[8];
+	struct sim s;
+
+	for (unsigned step = 0; step <= 5; step++) {
+		if (!step || fresh & PIN_FRESH(step)) {
+			if (step)
+				sim_close(&s);
+			sim_open_fill(&s, ops, 5, 5);
+		}
+		memset(s.pin, 0, s.cap);
+		if (step >= 2)
+			s.pin[slot_of(&s, exp[0])] = 1;
+		if (step == 4)
+			s.pin[slot_of(&s, exp[2])] = 1;
+		if (step == 5)
+			memset(s.pin, 1, s.cap);
+		switch (step) {
+		case 0: check_victims_nocb(&s, exp, 5); break;
+		case 1: check_victims(&s, 3, exp, 3); break;
+		case 2: check_victims(&s, 1, exp + 1, 1); break;
+		case 3: check_victims(&s, 8, exp + 1, 4); break;
+		case 4:
+			check_victims(&s, 8, e134, 3);
+			CHECK_EQ(ops->victims(s.st, out, 0, sim_pinned, &s), 0);	/* want 0 */
+			break;
+		default: check_victims(&s, 3, NULL, 0); break;
+		}
+	}
+	sim_close(&s);
+}
+
+/* A pinned() that counts its calls (in *(size_t *)arg) and pins everything. */
+static inline int count_pinned(void *arg, uint64_t key)
+{
+	(void)key;
+	++*(size_t *)arg;
+	return 1;
+}
+
+/*
+ * A large tier (cap) of only pinned pages: victims() returns 0, for want
+ * 16 and for want 1, after at most looks * cap calls of pinned(); with no
+ * callback it then gives 16. Driven straight through the ops (slot_of is
+ * too slow here), keys 0..cap-1. The pages are warmed first: with
+ * !segments page k is used k % 4 times (counts and bits set); with
+ * segments every other page is used, removed, inserted again and used
+ * again, which takes it into the second segment of a segmented policy
+ * (2Q's Am needs the trip through A1out).
+ */
+static inline void check_all_pinned(const struct kvt_policy_ops *ops, size_t cap,
+				    size_t looks, int segments)
+{
+	unsigned char *meta = calloc(cap, ops->meta_size);
+	uint64_t out[16];
+	size_t calls;
+	void *st;
+
+	CHECK(meta);
+	CHECK_EQ(ops->init(&st, "", cap), 0);
+	for (size_t k = 0; k < cap; k++) {
+		void *m = meta + k * ops->meta_size;
+
+		ops->on_insert(st, k, m);
+		for (uint64_t a = 0; !segments && a < k % 4; a++)
+			ops->on_access(st, k, m, a, 0.0f);
+	}
+	for (size_t k = 0; segments && k < cap; k += 2) {
+		void *m = meta + k * ops->meta_size;
+
+		ops->on_access(st, k, m, 1, 0.0f);
+		ops->on_remove(st, k, m);
+		memset(m, 0, ops->meta_size);
+		ops->on_insert(st, k, m);
+		ops->on_access(st, k, m, 2, 0.0f);
+	}
+	calls = 0;
+	CHECK_EQ(ops->victims(st, out, 16, count_pinned, &calls), 0);
+	CHECK(calls <= looks * cap);
+	calls = 0;
+	CHECK_EQ(ops->victims(st, out, 1, count_pinned, &calls), 0);
+	CHECK(calls <= looks * cap);
+	CHECK_EQ(ops->victims(st, out, 16, NULL, NULL), cap < 16 ? cap : 16);
+	ops->destroy(st);
+	free(meta);
+}
+
+/* init(params) on a tier of cap gives want; on success the state is
+ * destroyed again. */
+static inline void check_params(const struct kvt_policy_ops *ops, size_t cap,
+				const char *params, int want)
+{
+	void *st = NULL;
+	int r = ops->init(&st, params, cap);
+
+	if (r != want)
+		fprintf(stderr, "%s: params \"%s\": %d, expected %d\n", ops->name,
+			params ? params : "(null)", r, want);
+	CHECK_EQ(r, want);
+	if (!r) {
+		CHECK(st);
+		ops->destroy(st);
+	}
+}
+
+static inline void check_params_all(const struct kvt_policy_ops *ops, size_t cap,
+				    const char *const *params, size_t n, int want)
+{
+	for (size_t i = 0; i < n; i++)
+		check_params(ops, cap, params[i], want);
+}
+
+/* The tests' random numbers: xorshift64, one sequence per test program. */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
+static inline uint64_t rnd(void)
+{
+	uint64_t x = rnd_state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return rnd_state = x;
+}
+
+/*
+ * A randomized stress run. Each op draws r = rnd() and a key (from nkeys
+ * keys spread over the whole uint64 range, 0 and UINT64_MAX included;
+ * with skew some keys come back much more often), then by (r >> 8) % 10:
+ *   < ref      a reference through the simulator (a miss in a full tier
+ *              evicts victims(1)), nothing pinned
+ *   < put      an access if resident, else an insert if there is room
+ *   < access   an access if resident
+ *   < remove   a removal if resident (with reinsert, half of them put
+ *              the key back at once)
+ *   else       victims(want) with a random pin set, the caller taking
+ *              some, none or all of what it returns
+ * victims() must return distinct, resident, unpinned keys, exactly
+ * min(want, unpinned) of them. With same_again it must return the same
+ * keys when asked again at once; with same_one, one time in four, two
+ * calls for one victim give the same key. With order (an optional
+ * white-box check that also writes the policy's eviction order and
+ * returns its length), the structure is checked after every op and
+ * victims() must leave the order as it was. At the end the tier drains
+ * through victims(1), and then victims() gives 0. The simulator poisons
+ * the metadata of removed pages, so a policy that keeps using it shows
+ * up here or under the sanitizers.
+ */
+struct stress {
+	size_t cap, nkeys;
+	unsigned ops;
+	const char *params;
+	unsigned ref, put, access, remove;	/* op thresholds, as above */
+	int skew, reinsert, same_again, same_one;
+	size_t (*order)(struct sim *s, uint64_t *keys);
+};
+
+static inline void stress_run(const struct kvt_policy_ops *ops, const struct stress *c)
+{
+	size_t cap = c->cap, nkeys = c->nkeys;
+	uint64_t *keys = calloc(nkeys + 4 * (cap + 4), sizeof(*keys));
+	uint64_t *out = keys + nkeys, *again = out + cap + 4;
+	uint64_t *before = again + cap + 4, *after = before + cap + 4;
+	struct sim s;
+
+	CHECK(keys);
+	for (size_t i = 0; i < nkeys; i++)
+		keys[i] = i * 0x9e3779b97f4a7c15ull;	/* 0 included */
+	keys[nkeys - 1] = UINT64_MAX;
+	sim_open_params(&s, ops, cap, c->params);
+	for (unsigned op = 0; op < c->ops; op++) {
+		uint64_t r = rnd();
+		uint64_t k = c->skew ? keys[(r % nkeys) % (1 + (r >> 40) % nkeys)] : keys[r % nkeys];
+		long slot = slot_of(&s, k);
+		unsigned what = (r >> 8) % 10;
+
+		if (what < c->ref) {
+			memset(s.pin, 0, s.cap);
+			sim_ref(&s, k);
+		} else if (what < c->put) {
+			if (slot >= 0)
+				sim_access(&s, k);
+			else if (s.n < s.cap)
+				sim_insert(&s, k);
+		} else if (what < c->access) {
+			if (slot >= 0)
+				sim_access(&s, k);
+		} else if (what < c->remove) {
+			if (slot >= 0) {
+				sim_remove(&s, k);
+				if (c->reinsert && (r >> 40 & 1))
+					sim_insert(&s, k);
+			}
+		} else {
+			unsigned pct = (unsigned[]){ 0, 30, 90, 100 }[(r >> 16) & 3];
+			size_t want = 1 + (r >> 20) % (cap + 3), free_ = 0, got, nb = 0;
+
+			for (size_t i = 0; i < s.cap; i++) {
+				s.pin[i] = s.used[i] && rnd() % 100 < pct;
+				free_ += s.used[i] && !s.pin[i];
+			}
+			if (c->order)
+				nb = c->order(&s, before);
+			got = ops->victims(s.st, out, want, sim_pinned, &s);
+			CHECK_EQ(got, want < free_ ? want : free_);
+			if (c->same_again) {
+				CHECK_EQ(ops->victims(s.st, again, want, sim_pinned, &s), got);
+				CHECK(!memcmp(out, again, got * sizeof(*out)));
+			}
+			if (c->order) {
+				CHECK_EQ(c->order(&s, after), nb);
+				CHECK(!memcmp(before, after, nb * sizeof(*before)));
+			}
+			for (size_t i = 0; i < got; i++) {
+				long j = slot_of(&s, out[i]);
+				CHECK(j >= 0 && !s.pin[j]);
+				for (size_t m = 0; m < i; m++)
+					CHECK(out[m] != out[i]);
+			}
+			if (c->same_one && free_ && (r >> 30) % 4 == 0) {
+				uint64_t a, b;
+				CHECK_EQ(ops->victims(s.st, &a, 1, sim_pinned, &s), 1);
+				CHECK_EQ(ops->victims(s.st, &b, 1, sim_pinned, &s), 1);
+				CHECK_EQ(a, b);
+			}
+			for (size_t i = 0, take = rnd() % (got + 1); i < take; i++)
+				sim_remove(&s, out[i]);
+		}
+		if (c->order)
+			c->order(&s, before);
+	}
+	while (s.n) {				/* drain through victims */
+		uint64_t v;
+		memset(s.pin, 0, s.cap);
+		CHECK_EQ(ops->victims(s.st, &v, 1, NULL, NULL), 1);
+		sim_remove(&s, v);
+		if (c->order)
+			c->order(&s, before);
+	}
+	CHECK_EQ(ops->victims(s.st, out, 4, NULL, NULL), 0);
+	sim_close(&s);
+	free(keys);
+}
+
+/*
+ * A Zipf-like trace of n references: rank i (from 0) of nkeys drawn with
+ * weight 1 / (i + 1)^alpha, written as the key i * mul + add.
+ */
+static inline void zipf_trace(uint64_t *tr, size_t n, size_t nkeys, double alpha,
+			      uint64_t mul, uint64_t add)
+{
+	double *cdf = malloc(nkeys * sizeof(*cdf)), sum = 0;
+
+	CHECK(cdf);
+	for (size_t i = 0; i < nkeys; i++)
+		cdf[i] = sum += 1.0 / pow((double)(i + 1), alpha);
+	for (size_t i = 0; i < n; i++) {
+		double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
+		size_t lo = 0, hi = nkeys - 1;
+
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (cdf[mid] < u)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		tr[i] = (uint64_t)lo * mul + add;
+	}
+	free(cdf);
+}
+
+/* The miss ratio of ops on a tier of cap over the trace. */
+static inline double miss_ratio(const struct kvt_policy_ops *ops, size_t cap,
+				const uint64_t *tr, size_t n)
+{
+	return 1.0 - (double)run_trace(ops, cap, tr, n, NULL) / (double)n;
 }
 
 #endif

@@ -65,7 +65,6 @@ static void test_registry(void)
 		&kvt_policy_fifo, &kvt_policy_lfu, &kvt_policy_sieve, &kvt_policy_s3fifo,
 		&kvt_policy_2q, &kvt_policy_slru, &kvt_policy_arc,
 	};
-	void *st;
 	size_t i;
 
 	for (i = 0; kvt_policies[i]; i++) {
@@ -92,11 +91,8 @@ static void test_registry(void)
 
 	/* None of the three takes parameters. */
 	for (i = 0; i < N(want); i++) {
-		st = NULL;
-		CHECK_EQ(want[i]->init(&st, kvt_policy_params("x:x=1"), 8), -EINVAL);
-		CHECK_EQ(want[i]->init(&st, "", 8), 0);
-		CHECK(st);
-		want[i]->destroy(st);
+		check_params(want[i], 8, kvt_policy_params("x:x=1"), -EINVAL);
+		check_params(want[i], 8, "", 0);
 	}
 }
 
@@ -251,129 +247,29 @@ static void test_lifo(void)
 	sim_close(&s);
 }
 
-/* Pinned pages are skipped, order is kept, all pinned gives 0. Each case
- * starts afresh (clock moves its hand): pages 1..5 inserted in order and
- * never accessed; exp is the eviction order. */
-static void pinned_case(const struct kvt_policy_ops *ops, const uint64_t *exp,
-			int pin_first, int pin_all, size_t want,
-			const uint64_t *out_exp, size_t n)
-{
-	struct sim s;
-
-	sim_open(&s, ops, 5);
-	for (uint64_t k = 1; k <= 5; k++)
-		sim_insert(&s, k);
-	if (pin_first)
-		s.pin[slot_of(&s, exp[0])] = 1;
-	for (size_t i = 0; pin_all && i < s.cap; i++)
-		s.pin[i] = 1;
-	check_victims(&s, want, out_exp, n);
-	sim_close(&s);
-}
-
-static void test_pinned(const struct kvt_policy_ops *ops, const uint64_t *exp)
-{
-	uint64_t out[8];
-	struct sim s;
-
-	sim_open(&s, ops, 5);
-	CHECK_EQ(ops->victims(s.st, out, 1, sim_pinned, &s), 0);	/* empty */
-	for (uint64_t k = 1; k <= 5; k++)
-		sim_insert(&s, k);
-	/* No callback: nothing is pinned. */
-	CHECK_EQ(ops->victims(s.st, out, 8, NULL, NULL), 5);
-	for (size_t i = 0; i < 5; i++)
-		CHECK_EQ(out[i], exp[i]);
-	sim_close(&s);
-
-	pinned_case(ops, exp, 0, 0, 3, exp, 3);		/* 3 distinct, in order */
-	pinned_case(ops, exp, 1, 0, 1, exp + 1, 1);	/* first pinned: next */
-	pinned_case(ops, exp, 1, 0, 8, exp + 1, 4);
-	pinned_case(ops, exp, 0, 1, 3, NULL, 0);	/* all pinned: none */
-}
-
-static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-	uint64_t x = rnd_state;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return rnd_state = x;
-}
-
 /*
- * Random inserts, removes, accesses and victims() with random pin sets.
- * After every op the ring holds each resident page once; victims() returns
- * distinct, resident, unpinned keys, min(want, unpinned) of them (lru and
- * mru walk everything; clock's two sweeps reach every unpinned page), and
- * leaves the ring order as it was. Keys cover the whole uint64 range.
+ * Random inserts, removes, accesses and victims() with random pin sets
+ * (stress_run in policy_sim.h). After every op the ring holds each
+ * resident page once; victims() returns distinct, resident, unpinned keys,
+ * min(want, unpinned) of them (lru and mru walk everything; clock's two
+ * sweeps reach every unpinned page), and leaves the ring order as it was.
  */
 static void test_stress(const struct kvt_policy_ops *ops)
 {
-	enum { CAP = 48, KEYS = 96, OPS = 100000 };
-	uint64_t keys[KEYS], out[CAP + 4], before[CAP], after[CAP];
-	struct sim s;
+	const struct stress c = {
+		.cap = 48, .nkeys = 96, .ops = 100000, .params = "",
+		.ref = 0, .put = 3, .access = 6, .remove = 7,
+		.order = check_ring,
+	};
 
-	for (size_t i = 0; i < KEYS; i++)
-		keys[i] = i * 0x9e3779b97f4a7c15ull;	/* 0 included */
-	keys[KEYS - 1] = UINT64_MAX;
-	sim_open(&s, ops, CAP);
-	for (unsigned op = 0; op < OPS; op++) {
-		uint64_t r = rnd(), k = keys[r % KEYS];
-		long slot = slot_of(&s, k);
-		unsigned what = (r >> 8) % 10;
-
-		if (what < 3) {				/* insert or access */
-			if (slot >= 0)
-				sim_access(&s, k);
-			else if (s.n < s.cap)
-				sim_insert(&s, k);
-		} else if (what < 6) {			/* access */
-			if (slot >= 0)
-				sim_access(&s, k);
-		} else if (what < 7) {			/* remove */
-			if (slot >= 0)
-				sim_remove(&s, k);
-		} else {				/* victims, evict some */
-			unsigned pct = (unsigned[]){ 0, 30, 90, 100 }[(r >> 16) & 3];
-			size_t want = 1 + (r >> 20) % (CAP + 3), free_ = 0, got, nb;
-
-			for (size_t i = 0; i < s.cap; i++) {
-				s.pin[i] = s.used[i] && rnd() % 100 < pct;
-				free_ += s.used[i] && !s.pin[i];
-			}
-			nb = check_ring(&s, before);
-			got = ops->victims(s.st, out, want, sim_pinned, &s);
-			CHECK_EQ(got, want < free_ ? want : free_);
-			CHECK_EQ(check_ring(&s, after), nb);
-			CHECK(!memcmp(before, after, nb * sizeof(*before)));
-			for (size_t i = 0; i < got; i++) {
-				long j = slot_of(&s, out[i]);
-				CHECK(j >= 0 && !s.pin[j]);
-				for (size_t m = 0; m < i; m++)
-					CHECK(out[m] != out[i]);
-			}
-			/* The caller may take some, none or all of them. */
-			for (size_t i = 0, take = rnd() % (got + 1); i < take; i++)
-				sim_remove(&s, out[i]);
-		}
-		check_ring(&s, before);
-	}
-	while (s.n) {				/* drain through victims */
-		uint64_t v;
-		memset(s.pin, 0, s.cap);
-		CHECK_EQ(ops->victims(s.st, &v, 1, NULL, NULL), 1);
-		sim_remove(&s, v);
-		check_ring(&s, before);
-	}
-	CHECK_EQ(ops->victims(s.st, out, 4, NULL, NULL), 0);
-	sim_close(&s);
+	stress_run(ops, &c);
 }
 
 int main(void)
 {
 	static const uint64_t fwd[] = { 1, 2, 3, 4, 5 }, rev[] = { 5, 4, 3, 2, 1 };
+	const unsigned fresh = PIN_FRESH(1) | PIN_FRESH(2) | PIN_FRESH(3) |
+			       PIN_FRESH(4) | PIN_FRESH(5);
 
 	test_registry();
 	test_lru();
@@ -381,10 +277,11 @@ int main(void)
 	test_clock_hand();
 	test_mru();
 	test_lifo();
-	test_pinned(&kvt_policy_lru, fwd);
-	test_pinned(&kvt_policy_clock, fwd);
-	test_pinned(&kvt_policy_mru, rev);
-	test_pinned(&kvt_policy_lifo, rev);
+	/* Each pinned case on a new tier: clock moves its hand. */
+	check_pinned_order(&kvt_policy_lru, fwd, fresh);
+	check_pinned_order(&kvt_policy_clock, fwd, fresh);
+	check_pinned_order(&kvt_policy_mru, rev, fresh);
+	check_pinned_order(&kvt_policy_lifo, rev, fresh);
 	/* The single-ring policies; the others have their own stress runs
 	 * (t_policy_classic, t_policy_adaptive). */
 	test_stress(&kvt_policy_lru);

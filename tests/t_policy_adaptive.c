@@ -11,20 +11,7 @@
  */
 #include "policy_sim.h"
 
-#include <math.h>
-
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-
-/* The policy of a sim reopened with params (sim_open passes ""). */
-static void sim_open_params(struct sim *s, const struct kvt_policy_ops *ops,
-			    size_t cap, const char *params)
-{
-	sim_open(s, ops, cap);
-	ops->destroy(s->st);
-	s->st = NULL;
-	CHECK_EQ(ops->init(&s->st, params, cap), 0);
-	CHECK(s->st);
-}
 
 static unsigned run_trace_params(const struct kvt_policy_ops *ops, size_t cap,
 				 const char *params, const uint64_t *tr, size_t n)
@@ -301,109 +288,24 @@ static void test_reinsert(void)
 	struct sim s;
 
 	for (size_t i = 0; i < N(ghosted); i++) {
-		sim_open(&s, ghosted[i], 4);
-		for (uint64_t k = 1; k <= 3; k++)
-			sim_insert(&s, k);
-		sim_remove(&s, 2);
-		sim_insert(&s, 2);
+		sim_open_fill(&s, ghosted[i], 4, 3);
+		sim_reinsert(&s, 2);
 		check_victims(&s, 4, e123, 3);
-		sim_remove(&s, 2);
-		sim_insert(&s, 2);
+		sim_reinsert(&s, 2);
 		check_victims(&s, 4, e132, 3);
 		/* The same key in and out many times stays one page. */
-		for (int r = 0; r < 100; r++) {
-			sim_remove(&s, 2);
-			sim_insert(&s, 2);
-		}
+		for (int r = 0; r < 100; r++)
+			sim_reinsert(&s, 2);
 		CHECK_EQ(ghosted[i]->victims(s.st, (uint64_t[8]){ 0 }, 8, sim_pinned, &s), 3);
 		sim_close(&s);
 	}
 
-	sim_open(&s, &kvt_policy_slru, 4);
-	for (uint64_t k = 1; k <= 3; k++)
-		sim_insert(&s, k);
+	sim_open_fill(&s, &kvt_policy_slru, 4, 3);
 	sim_access(&s, 1);
-	sim_remove(&s, 1);
-	sim_insert(&s, 1);
+	sim_reinsert(&s, 1);
 	sim_access(&s, 2);
 	check_victims(&s, 4, e312, 3);
 	sim_close(&s);
-}
-
-/* Pages 1..5 inserted into a tier of 5, none used: each of the three
- * evicts them oldest first (2Q: all on A1in; SLRU: all on probation; ARC:
- * all on T1). Pinned pages are skipped, order is kept, all pinned gives 0. */
-static void test_pinned(const struct kvt_policy_ops *ops)
-{
-	static const uint64_t fwd[] = { 1, 2, 3, 4, 5 };
-	uint64_t out[8];
-	struct sim s;
-
-	sim_open(&s, ops, 5);
-	CHECK_EQ(ops->victims(s.st, out, 1, sim_pinned, &s), 0);	/* empty */
-	for (uint64_t k = 1; k <= 5; k++)
-		sim_insert(&s, k);
-	CHECK_EQ(ops->victims(s.st, out, 8, NULL, NULL), 5);		/* no callback */
-	for (size_t i = 0; i < 5; i++)
-		CHECK_EQ(out[i], fwd[i]);
-	check_victims(&s, 3, fwd, 3);
-	s.pin[slot_of(&s, 1)] = 1;
-	check_victims(&s, 1, fwd + 1, 1);
-	check_victims(&s, 8, fwd + 1, 4);
-	s.pin[slot_of(&s, 3)] = 1;
-	{
-		static const uint64_t e245[] = { 2, 4, 5 };
-		check_victims(&s, 8, e245, 3);
-	}
-	CHECK_EQ(ops->victims(s.st, out, 0, sim_pinned, &s), 0);	/* want 0 */
-	memset(s.pin, 1, s.cap);
-	check_victims(&s, 3, NULL, 0);
-	sim_close(&s);
-}
-
-/* A pinned() that counts its calls and pins everything. */
-static int count_pinned(void *arg, uint64_t key)
-{
-	(void)key;
-	++*(size_t *)arg;
-	return 1;
-}
-
-/*
- * A large tier of only pinned pages, spread over both segments of each
- * policy: victims() returns 0 after asking pinned() about each page at
- * most once. Driven straight through the ops (slot_of is too slow here).
- */
-static void test_all_pinned(const struct kvt_policy_ops *ops)
-{
-	enum { CAP = 50000 };
-	unsigned char *meta = calloc(CAP, ops->meta_size);
-	uint64_t out[16];
-	size_t calls = 0;
-	void *st;
-
-	CHECK(meta);
-	CHECK_EQ(ops->init(&st, "", CAP), 0);
-	for (size_t i = 0; i < CAP; i++)
-		ops->on_insert(st, i, meta + i * ops->meta_size);
-	/* Every other page used twice: into Am / protected / T2. Am needs
-	 * the page to come back through A1out: remove and insert again. */
-	for (size_t i = 0; i < CAP; i += 2) {
-		void *m = meta + i * ops->meta_size;
-
-		ops->on_access(st, i, m, 1, 0.0f);
-		ops->on_remove(st, i, m);
-		memset(m, 0, ops->meta_size);
-		ops->on_insert(st, i, m);
-		ops->on_access(st, i, m, 2, 0.0f);
-	}
-	CHECK_EQ(ops->victims(st, out, 16, count_pinned, &calls), 0);
-	CHECK(calls <= CAP);
-	calls = 0;
-	CHECK_EQ(ops->victims(st, out, 1, count_pinned, &calls), 0);
-	CHECK(calls <= CAP);
-	ops->destroy(st);
-	free(meta);
 }
 
 static void test_params(void)
@@ -428,32 +330,12 @@ static void test_params(void)
 	static const char *const arc_bad[] = { "p=1", "x", "=", "," };
 	void *st;
 
-	for (size_t i = 0; i < N(twoq_ok); i++) {
-		st = NULL;
-		CHECK_EQ(kvt_policy_2q.init(&st, twoq_ok[i], 16), 0);
-		kvt_policy_2q.destroy(st);
-	}
-	for (size_t i = 0; i < N(twoq_bad); i++) {
-		if (kvt_policy_2q.init(&st, twoq_bad[i], 16) != -EINVAL) {
-			fprintf(stderr, "2q accepted \"%s\"\n", twoq_bad[i]);
-			exit(1);
-		}
-	}
-	for (size_t i = 0; i < N(slru_ok); i++) {
-		st = NULL;
-		CHECK_EQ(kvt_policy_slru.init(&st, slru_ok[i], 16), 0);
-		kvt_policy_slru.destroy(st);
-	}
-	for (size_t i = 0; i < N(slru_bad); i++) {
-		if (kvt_policy_slru.init(&st, slru_bad[i], 16) != -EINVAL) {
-			fprintf(stderr, "slru accepted \"%s\"\n", slru_bad[i]);
-			exit(1);
-		}
-	}
-	CHECK_EQ(kvt_policy_arc.init(&st, "", 16), 0);
-	kvt_policy_arc.destroy(st);
-	for (size_t i = 0; i < N(arc_bad); i++)
-		CHECK_EQ(kvt_policy_arc.init(&st, arc_bad[i], 16), -EINVAL);
+	check_params_all(&kvt_policy_2q, 16, twoq_ok, N(twoq_ok), 0);
+	check_params_all(&kvt_policy_2q, 16, twoq_bad, N(twoq_bad), -EINVAL);
+	check_params_all(&kvt_policy_slru, 16, slru_ok, N(slru_ok), 0);
+	check_params_all(&kvt_policy_slru, 16, slru_bad, N(slru_bad), -EINVAL);
+	check_params(&kvt_policy_arc, 16, "", 0);
+	check_params_all(&kvt_policy_arc, 16, arc_bad, N(arc_bad), -EINVAL);
 
 	/* NULL params are no params; capacity 0 and 1 work. */
 	CHECK_EQ(kvt_policy_2q.init(&st, NULL, 0), 0);
@@ -486,89 +368,24 @@ static void test_params(void)
 	CHECK(kvt_policy_arc.meta_size <= 32);
 }
 
-static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-	uint64_t x = rnd_state;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return rnd_state = x;
-}
-
 /*
- * Random misses through the simulator, inserts, removes, accesses (at most
- * one per page per step) and victims() with random pin sets, over four
- * times as many keys as slots so the ghosts fill, wrap and hit. victims()
- * returns distinct, resident, unpinned keys, exactly min(want, unpinned)
- * of them (each policy walks all its pages), and the same keys when asked
- * again. Capacities 1 and 2 and extreme params are included.
+ * The randomized stress run of policy_sim.h (stress_run): misses through
+ * the simulator, inserts, removes (half of them put back at once),
+ * accesses and victims() with random pin sets, over four times as many
+ * keys as slots so the ghosts fill, wrap and hit. Each policy walks all
+ * its pages, so victims() gives exactly min(want, unpinned), and the same
+ * keys when asked again. Capacities 1 and 2 and extreme params are
+ * included.
  */
 static void test_stress(const struct kvt_policy_ops *ops, size_t cap, const char *params)
 {
-	enum { OPS = 60000 };
-	size_t nkeys = 4 * cap;
-	uint64_t *keys = calloc(nkeys, sizeof(*keys));
-	uint64_t *out = calloc(cap + 4, sizeof(*out)), *again = calloc(cap + 4, sizeof(*out));
-	unsigned nops = t_scale(OPS);
-	struct sim s;
+	const struct stress c = {
+		.cap = cap, .nkeys = 4 * cap, .ops = t_scale(60000), .params = params,
+		.ref = 3, .put = 5, .access = 5, .remove = 6,
+		.reinsert = 1, .same_again = 1,
+	};
 
-	CHECK(keys && out && again);
-	for (size_t i = 0; i < nkeys; i++)
-		keys[i] = i * 0x9e3779b97f4a7c15ull;	/* 0 included */
-	keys[nkeys - 1] = UINT64_MAX;
-	sim_open_params(&s, ops, cap, params);
-	for (unsigned op = 0; op < nops; op++) {
-		uint64_t r = rnd(), k = keys[r % nkeys];
-		long slot = slot_of(&s, k);
-		unsigned what = (r >> 8) % 10;
-
-		if (what < 3) {				/* a reference */
-			memset(s.pin, 0, s.cap);
-			sim_ref(&s, k);
-		} else if (what < 5) {			/* insert or access */
-			if (slot >= 0)
-				sim_access(&s, k);
-			else if (s.n < s.cap)
-				sim_insert(&s, k);
-		} else if (what < 6) {			/* remove, maybe reinsert */
-			if (slot >= 0) {
-				sim_remove(&s, k);
-				if (r >> 40 & 1)
-					sim_insert(&s, k);
-			}
-		} else {				/* victims, evict some */
-			unsigned pct = (unsigned[]){ 0, 30, 90, 100 }[(r >> 16) & 3];
-			size_t want = 1 + (r >> 20) % (cap + 3), free_ = 0, got;
-
-			for (size_t i = 0; i < s.cap; i++) {
-				s.pin[i] = s.used[i] && rnd() % 100 < pct;
-				free_ += s.used[i] && !s.pin[i];
-			}
-			got = ops->victims(s.st, out, want, sim_pinned, &s);
-			CHECK_EQ(got, want < free_ ? want : free_);
-			CHECK_EQ(ops->victims(s.st, again, want, sim_pinned, &s), got);
-			CHECK(!memcmp(out, again, got * sizeof(*out)));
-			for (size_t i = 0; i < got; i++) {
-				long j = slot_of(&s, out[i]);
-				CHECK(j >= 0 && !s.pin[j]);
-				for (size_t m = 0; m < i; m++)
-					CHECK(out[m] != out[i]);
-			}
-			for (size_t i = 0, take = rnd() % (got + 1); i < take; i++)
-				sim_remove(&s, out[i]);
-		}
-	}
-	while (s.n) {				/* drain through victims */
-		uint64_t v;
-		CHECK_EQ(ops->victims(s.st, &v, 1, NULL, NULL), 1);
-		sim_remove(&s, v);
-	}
-	CHECK_EQ(ops->victims(s.st, out, 4, NULL, NULL), 0);
-	sim_close(&s);
-	free(keys);
-	free(out);
-	free(again);
+	stress_run(ops, &c);
 }
 
 /*
@@ -583,28 +400,12 @@ static void report_zipf(void)
 		&kvt_policy_lru, &kvt_policy_clock, &kvt_policy_2q,
 		&kvt_policy_slru, &kvt_policy_arc,
 	};
-	static double cdf[KEYS];
 	uint64_t *tr = malloc(2 * REFS * sizeof(*tr));
 	size_t n = t_scale(REFS), n_scan = 0;
 	uint64_t *tr_scan = tr + REFS, next_scan = KEYS + 1;
-	double sum = 0;
 
 	CHECK(tr);
-	for (size_t i = 0; i < KEYS; i++)
-		cdf[i] = sum += 1.0 / pow((double)(i + 1), 0.9);
-	for (size_t i = 0; i < n; i++) {
-		double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
-		size_t lo = 0, hi = KEYS - 1;
-
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-			if (cdf[mid] < u)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		tr[i] = lo + 1;
-	}
+	zipf_trace(tr, n, KEYS, 0.9, 1, 1);
 	for (size_t i = 0; i < n && n_scan < REFS; i++) {
 		if (i % 2000 == 1999)
 			for (int j = 0; j < 300 && n_scan < REFS; j++)
@@ -613,18 +414,15 @@ static void report_zipf(void)
 			tr_scan[n_scan++] = tr[i];
 	}
 	printf("miss ratio, Zipf 0.9, %d keys, tier %d:  zipf  zipf+scans\n", KEYS, CAP);
-	for (size_t i = 0; i < N(ops); i++) {
-		unsigned h1 = run_trace(ops[i], CAP, tr, n, NULL);
-		unsigned h2 = run_trace(ops[i], CAP, tr_scan, n_scan, NULL);
-
-		printf("  %-6s %6.3f %6.3f\n", ops[i]->name,
-		       1.0 - (double)h1 / (double)n, 1.0 - (double)h2 / (double)n_scan);
-	}
+	for (size_t i = 0; i < N(ops); i++)
+		printf("  %-6s %6.3f %6.3f\n", ops[i]->name, miss_ratio(ops[i], CAP, tr, n),
+		       miss_ratio(ops[i], CAP, tr_scan, n_scan));
 	free(tr);
 }
 
 int main(void)
 {
+	static const uint64_t fwd[] = { 1, 2, 3, 4, 5 };
 	const struct kvt_policy_ops *all[] = {
 		&kvt_policy_2q, &kvt_policy_slru, &kvt_policy_arc,
 	};
@@ -637,8 +435,11 @@ int main(void)
 	test_arc_bounds();
 	test_reinsert();
 	for (size_t i = 0; i < N(all); i++) {
-		test_pinned(all[i]);
-		test_all_pinned(all[i]);
+		/* Each evicts pages never used oldest first (2Q: all on A1in;
+		 * SLRU: all on probation; ARC: all on T1), all on one tier. */
+		check_pinned_order(all[i], fwd, 0);
+		/* Spread over both segments: pinned() asked once a page at most. */
+		check_all_pinned(all[i], 50000, 1, 1);
 		test_stress(all[i], 48, "");
 		test_stress(all[i], 1, "");
 		test_stress(all[i], 2, "");

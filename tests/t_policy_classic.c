@@ -5,8 +5,6 @@
  * pins, removal and re-insertion, params, and a randomized stress run. At
  * the end it prints (does not check) miss ratios on a Zipf-like trace.
  */
-#include <math.h>
-
 #include "policy_sim.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -14,13 +12,6 @@
 static const struct kvt_policy_ops *const classic[] = {
 	&kvt_policy_fifo, &kvt_policy_lfu, &kvt_policy_sieve, &kvt_policy_s3fifo,
 };
-
-/* Replace the simulator's state with one made from params. */
-static void sim_reinit(struct sim *s, const char *params)
-{
-	s->ops->destroy(s->st);
-	CHECK_EQ(s->ops->init(&s->st, params, s->cap), 0);
-}
 
 static void test_fifo(void)
 {
@@ -262,72 +253,6 @@ static void test_s3fifo_ghost(void)
 	sim_close(&s);
 }
 
-/* Pages 1..5 inserted, never accessed; exp is the eviction order. The
- * first pinned is skipped, order is kept, all pinned gives 0. */
-static void test_pinned(const struct kvt_policy_ops *ops)
-{
-	static const uint64_t exp[] = { 1, 2, 3, 4, 5 };
-	uint64_t out[8];
-	struct sim s;
-
-	/* Each case starts afresh: sieve leaves its hand on the last victim. */
-	for (int pin_case = 0; pin_case < 4; pin_case++) {
-		sim_open(&s, ops, 5);
-		CHECK_EQ(ops->victims(s.st, out, 1, sim_pinned, &s), 0);	/* empty */
-		for (uint64_t k = 1; k <= 5; k++)
-			sim_insert(&s, k);
-		if (pin_case == 0) {
-			CHECK_EQ(ops->victims(s.st, out, 8, NULL, NULL), 5);
-			for (size_t i = 0; i < 5; i++)
-				CHECK_EQ(out[i], exp[i]);
-		} else if (pin_case == 3) {
-			check_victims(&s, 3, exp, 3);	/* 3 distinct, in order */
-		} else if (pin_case == 1) {
-			s.pin[slot_of(&s, 1)] = 1;
-			check_victims(&s, 1, exp + 1, 1);
-			check_victims(&s, 8, exp + 1, 4);
-		} else {
-			memset(s.pin, 1, s.cap);
-			check_victims(&s, 3, NULL, 0);
-		}
-		sim_close(&s);
-	}
-}
-
-static unsigned long pin_calls;
-static int all_pinned(void *arg, uint64_t key)
-{
-	(void)arg; (void)key;
-	pin_calls++;
-	return 1;
-}
-
-/* A large tier of only pinned pages, some with counts and bits set:
- * victims() returns 0 after a bounded number of looks. */
-static void test_all_pinned_large(const struct kvt_policy_ops *ops)
-{
-	enum { CAP = 4096 };
-	uint64_t out[16];
-	struct sim s;
-
-	sim_open(&s, ops, CAP);
-	for (uint64_t k = 0; k < CAP; k++) {
-		/* sim_insert looks for a free slot from 0: fill in order */
-		memset(meta_of(&s, k), 0, ops->meta_size);
-		s.used[k] = 1;
-		s.key[k] = k;
-		s.n++;
-		ops->on_insert(s.st, k, meta_of(&s, k));
-		for (uint64_t a = 0; a < k % 4; a++)
-			ops->on_access(s.st, k, meta_of(&s, k), a, 0.0f);
-	}
-	pin_calls = 0;
-	CHECK_EQ(ops->victims(s.st, out, 16, all_pinned, NULL), 0);
-	CHECK(pin_calls <= 8 * (unsigned long)CAP);
-	CHECK_EQ(ops->victims(s.st, out, 16, NULL, NULL), 16);
-	sim_close(&s);
-}
-
 /* Insert 1 2 3, remove 2, insert 2 again: 2 is a new page, last to go
  * under every one of the four (s3fifo: 2 was not evicted by the policy, so
  * it is not in G and goes to S like any new page). */
@@ -336,11 +261,8 @@ static void test_reinsert(const struct kvt_policy_ops *ops)
 	static const uint64_t exp[] = { 1, 3, 2 };
 	struct sim s;
 
-	sim_open(&s, ops, 3);
-	for (uint64_t k = 1; k <= 3; k++)
-		sim_insert(&s, k);
-	sim_remove(&s, 2);
-	sim_insert(&s, 2);
+	sim_open_fill(&s, ops, 3, 3);
+	sim_reinsert(&s, 2);
 	check_victims(&s, 3, exp, 3);
 	sim_remove(&s, 2);
 	sim_remove(&s, 1);
@@ -349,20 +271,6 @@ static void test_reinsert(const struct kvt_policy_ops *ops)
 	sim_insert(&s, 3);
 	check_victims(&s, 3, exp + 1, 1);
 	sim_close(&s);
-}
-
-static void check_params(const struct kvt_policy_ops *ops, const char *params, int want)
-{
-	void *st = NULL;
-	int r = ops->init(&st, params, 100);
-
-	if (r != want)
-		fprintf(stderr, "%s: params \"%s\": %d, expected %d\n", ops->name, params, r, want);
-	CHECK_EQ(r, want);
-	if (!r) {
-		CHECK(st);
-		ops->destroy(st);
-	}
 }
 
 static void test_params(void)
@@ -383,23 +291,17 @@ static void test_params(void)
 		CHECK(!strcmp(classic[i]->name,
 			      (const char *[]){ "fifo", "lfu", "sieve", "s3fifo" }[i]));
 		CHECK(classic[i]->meta_size <= 32);
-		check_params(classic[i], "", 0);
+		check_params(classic[i], 100, "", 0);
 		st = NULL;
 		CHECK_EQ(classic[i]->init(&st, NULL, 8), 0);	/* NULL reads as "" */
 		classic[i]->destroy(st);
 	}
-	for (size_t i = 0; i < N(none_bad); i++) {
-		check_params(&kvt_policy_fifo, none_bad[i], -EINVAL);
-		check_params(&kvt_policy_sieve, none_bad[i], -EINVAL);
-	}
-	for (size_t i = 0; i < N(lfu_good); i++)
-		check_params(&kvt_policy_lfu, lfu_good[i], 0);
-	for (size_t i = 0; i < N(lfu_bad); i++)
-		check_params(&kvt_policy_lfu, lfu_bad[i], -EINVAL);
-	for (size_t i = 0; i < N(s3_good); i++)
-		check_params(&kvt_policy_s3fifo, s3_good[i], 0);
-	for (size_t i = 0; i < N(s3_bad); i++)
-		check_params(&kvt_policy_s3fifo, s3_bad[i], -EINVAL);
+	check_params_all(&kvt_policy_fifo, 100, none_bad, N(none_bad), -EINVAL);
+	check_params_all(&kvt_policy_sieve, 100, none_bad, N(none_bad), -EINVAL);
+	check_params_all(&kvt_policy_lfu, 100, lfu_good, N(lfu_good), 0);
+	check_params_all(&kvt_policy_lfu, 100, lfu_bad, N(lfu_bad), -EINVAL);
+	check_params_all(&kvt_policy_s3fifo, 100, s3_good, N(s3_good), 0);
+	check_params_all(&kvt_policy_s3fifo, 100, s3_bad, N(s3_bad), -EINVAL);
 	/* Tiny capacities still give S and G one entry each. */
 	for (size_t cap = 1; cap <= 3; cap++) {
 		CHECK_EQ(kvt_policy_s3fifo.init(&st, "small=99", cap), 0);
@@ -407,87 +309,22 @@ static void test_params(void)
 	}
 }
 
-static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-	uint64_t x = rnd_state;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return rnd_state = x;
-}
-
 /*
- * Random inserts, accesses, removes and victims() with random pin sets,
- * over many more keys than fit. victims() must return distinct, resident,
- * unpinned keys, min(want, unpinned) of them (each of the four can reach
- * every unpinned page in one call), and asking twice for one victim with
- * nothing removed in between gives the same key. The simulator poisons the
- * metadata of removed pages, so a policy that keeps using it shows up here
- * or under the sanitizers.
+ * The randomized stress run of policy_sim.h (stress_run) over many more
+ * keys than fit, chosen with a skew so that some come back often. Each of
+ * the four can reach every unpinned page in one call, so victims() gives
+ * min(want, unpinned); asking twice for one victim with nothing removed in
+ * between gives the same key.
  */
 static void test_stress(const struct kvt_policy_ops *ops, const char *params)
 {
-	enum { CAP = 64, KEYS = 1000, OPS = 200000 };
-	uint64_t keys[KEYS], out[CAP + 4];
-	struct sim s;
-	unsigned ops_n = t_scale(OPS);
+	const struct stress c = {
+		.cap = 64, .nkeys = 1000, .ops = t_scale(200000), .params = params,
+		.ref = 0, .put = 4, .access = 4, .remove = 5,
+		.skew = 1, .same_one = 1,
+	};
 
-	for (size_t i = 0; i < KEYS; i++)
-		keys[i] = i * 0x9e3779b97f4a7c15ull;	/* 0 included */
-	keys[KEYS - 1] = UINT64_MAX;
-	sim_open(&s, ops, CAP);
-	sim_reinit(&s, params);
-	for (unsigned op = 0; op < ops_n; op++) {
-		uint64_t r = rnd();
-		/* a skewed key choice, so that some keys come back often */
-		uint64_t k = keys[(r % KEYS) % (1 + (r >> 40) % KEYS)];
-		long slot = slot_of(&s, k);
-		unsigned what = (r >> 8) % 10;
-
-		if (what < 4) {				/* a reference */
-			if (slot >= 0)
-				sim_access(&s, k);
-			else if (s.n < s.cap)
-				sim_insert(&s, k);
-		} else if (what < 5) {			/* remove */
-			if (slot >= 0)
-				sim_remove(&s, k);
-		} else {				/* victims, evict some */
-			unsigned pct = (unsigned[]){ 0, 30, 90, 100 }[(r >> 16) & 3];
-			size_t want = 1 + (r >> 20) % (CAP + 3), free_ = 0, got;
-
-			for (size_t i = 0; i < s.cap; i++) {
-				s.pin[i] = s.used[i] && rnd() % 100 < pct;
-				free_ += s.used[i] && !s.pin[i];
-			}
-			got = ops->victims(s.st, out, want, sim_pinned, &s);
-			CHECK_EQ(got, want < free_ ? want : free_);
-			for (size_t i = 0; i < got; i++) {
-				long j = slot_of(&s, out[i]);
-				CHECK(j >= 0 && !s.pin[j]);
-				for (size_t m = 0; m < i; m++)
-					CHECK(out[m] != out[i]);
-			}
-			if (free_ && (r >> 30) % 4 == 0) {
-				uint64_t a, b;
-				CHECK_EQ(ops->victims(s.st, &a, 1, sim_pinned, &s), 1);
-				CHECK_EQ(ops->victims(s.st, &b, 1, sim_pinned, &s), 1);
-				CHECK_EQ(a, b);
-			}
-			/* The caller may take some, none or all of them. */
-			for (size_t i = 0, take = rnd() % (got + 1); i < take; i++)
-				sim_remove(&s, out[i]);
-		}
-	}
-	while (s.n) {				/* drain through victims */
-		uint64_t v;
-		memset(s.pin, 0, s.cap);
-		CHECK_EQ(ops->victims(s.st, &v, 1, NULL, NULL), 1);
-		sim_remove(&s, v);
-	}
-	CHECK_EQ(ops->victims(s.st, out, 4, NULL, NULL), 0);
-	sim_close(&s);
+	stress_run(ops, &c);
 }
 
 /* Miss ratios on a Zipf-like trace (alpha 1, 2000 keys, a tier of 200),
@@ -499,38 +336,22 @@ static void print_zipf(void)
 		&kvt_policy_lru, &kvt_policy_clock, &kvt_policy_fifo,
 		&kvt_policy_lfu, &kvt_policy_sieve, &kvt_policy_s3fifo,
 	};
-	static double cdf[KEYS];
 	uint64_t *tr = malloc(REFS * sizeof(*tr));
-	double sum = 0;
 
 	CHECK(tr);
-	for (size_t i = 0; i < KEYS; i++)
-		cdf[i] = sum += 1.0 / (double)(i + 1);
-	for (size_t i = 0; i < REFS; i++) {
-		double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
-		size_t lo = 0, hi = KEYS - 1;
-
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-			if (cdf[mid] < u)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		/* scatter the ranks so that key order means nothing */
-		tr[i] = (uint64_t)lo * 0x9e3779b97f4a7c15ull;
-	}
+	/* the ranks scattered so that key order means nothing */
+	zipf_trace(tr, REFS, KEYS, 1.0, 0x9e3779b97f4a7c15ull, 0);
 	printf("zipf(1.0) %d keys, capacity %d, %d refs: miss ratio", KEYS, CAP, REFS);
-	for (size_t p = 0; p < N(all); p++) {
-		unsigned hits = run_trace(all[p], CAP, tr, REFS, NULL);
-		printf(" %s %.3f", all[p]->name, 1.0 - (double)hits / REFS);
-	}
+	for (size_t p = 0; p < N(all); p++)
+		printf(" %s %.3f", all[p]->name, miss_ratio(all[p], CAP, tr, REFS));
 	printf("\n");
 	free(tr);
 }
 
 int main(void)
 {
+	static const uint64_t fwd[] = { 1, 2, 3, 4, 5 };
+
 	test_fifo();
 	test_lfu();
 	test_lfu_aging();
@@ -540,8 +361,11 @@ int main(void)
 	test_s3fifo_ghost();
 	test_params();
 	for (size_t i = 0; i < N(classic); i++) {
-		test_pinned(classic[i]);
-		test_all_pinned_large(classic[i]);
+		/* Steps 2 and 3 on one tier (sieve leaves its hand on the
+		 * last victim, and goes on from it), the others each afresh. */
+		check_pinned_order(classic[i], fwd, PIN_FRESH(1) | PIN_FRESH(2) |
+				   PIN_FRESH(4) | PIN_FRESH(5));
+		check_all_pinned(classic[i], 4096, 8, 0);
 		test_reinsert(classic[i]);
 		test_stress(classic[i], "");
 	}
