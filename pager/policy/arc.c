@@ -39,7 +39,7 @@
 
 #include "pager/policy.h"
 #include "pager/policy/list.h"
-#include "pager/policy/segments.h"
+#include "pager/policy/helpers.h"
 
 enum { B1, B2 };			/* the ghost's lists */
 

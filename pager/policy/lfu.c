@@ -27,9 +27,9 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "pager/policy.h"
+#include "pager/policy/helpers.h"
 #include "pager/policy/list.h"
 
 #define LFU_MAX 63			/* highest count: buckets 0..63, one bitmap word */
@@ -50,40 +50,18 @@ struct lfu {
 	uint32_t gen;
 };
 
-/* Parse "age=N" (or ""): 0 and sets *age, -EINVAL on an unknown key, a
- * missing or malformed number, an empty item or a trailing comma. */
-static int lfu_parse(const char *p, uint64_t *age)
-{
-	while (p && *p) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		char *num_end;
-		unsigned long long v;
-
-		if (len <= 4 || strncmp(p, "age=", 4) || p[4] < '0' || p[4] > '9')
-			return -EINVAL;
-		errno = 0;
-		v = strtoull(p + 4, &num_end, 10);
-		if (errno || num_end != p + len)
-			return -EINVAL;
-		*age = v;
-		if (!end)
-			break;
-		p = end + 1;
-		if (!*p)
-			return -EINVAL;		/* trailing comma */
-	}
-	return 0;
-}
-
-/* -EINVAL for bad params (see lfu_parse), -ENOMEM. */
+/* -EINVAL for bad params ("age=N", any 64-bit N; given again, the last
+ * counts), -ENOMEM. */
 static int lfu_init(void **state, const char *params, size_t capacity)
 {
 	uint64_t age = capacity < 8 ? 64 : 8 * (uint64_t)capacity;
+	const struct seg_param known[] = {
+		{ .key = "age", .num = &age, .num_max = UINT64_MAX, .repeat = 1 },
+	};
 	struct lfu *s;
 	int err;
 
-	err = lfu_parse(params, &age);
+	err = seg_params_parse(params, known, 1);
 	if (err)
 		return err;
 	s = calloc(1, sizeof(*s));

@@ -20,20 +20,18 @@
  * victims() offered is removed: a page that leaves for another reason (the
  * pager frees it) was not evicted by this policy and is not remembered.
  *
- * Policies see keys only, so G is its own table: a ring of the last
- * ghost_cap keys added plus an open-addressing hash set of the live ones,
- * both sized at init from the capacity. Each entry carries the sequence
- * number of its addition; a ring slot whose key has since left G (taken by
- * a new insert, or added again later) no longer matches and is ignored.
+ * Policies see keys only, so G is a one-list ghost of helpers.h (struct
+ * kvt_ghost), sized at init from the capacity: a FIFO of the last keys
+ * added, a key added again renewed, the oldest forgotten when it is full.
  *
  * Lists: head.next is the head of a queue (newest), head.prev its tail.
  * params: "small=PCT", S's share of the capacity in percent, 1..99.
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "pager/policy.h"
+#include "pager/policy/helpers.h"
 #include "pager/policy/list.h"
 
 #define S3_FREQ_MAX 3
@@ -50,139 +48,29 @@ struct s3_meta {
 	uint32_t picked;
 };
 
-struct ghost_ent {
-	uint64_t key;
-	uint64_t seq;			/* 0: empty slot */
-};
-
 struct s3fifo {
 	struct kvt_lnode small, main;	/* sentinels of S and M */
 	size_t n_small, n_main;		/* pages in S, in M */
 	size_t small_cap;		/* S's share: evict from S while n_small >= it */
 	uint32_t epoch;			/* one per victims() call, never 0 */
-	/* G */
-	size_t ghost_cap;		/* keys G remembers: the capacity less S's share */
-	uint64_t *ring;			/* (ghost_cap) key added with seq, at seq % ghost_cap */
-	struct ghost_ent *tab;		/* (tab_mask + 1) hash set, linear probing */
-	size_t tab_mask;		/* power of two minus one, >= 2 x ghost_cap */
-	uint64_t seq;			/* sequence number of the next addition, from 1 */
+	/* G, list 0 only: the capacity less S's share of keys (at least 1) */
+	struct kvt_ghost ghost;
 };
 
-/* splitmix64's finaliser: keys may be small integers or any 64 bits. */
-static size_t ghost_hash(uint64_t k)
-{
-	k ^= k >> 30;
-	k *= 0xbf58476d1ce4e5b9ull;
-	k ^= k >> 27;
-	k *= 0x94d049bb133111ebull;
-	k ^= k >> 31;
-	return (size_t)k;
-}
-
-/* The slot of key, or of the empty slot that ends its probe. The table is
- * at most half full, so the probe ends. */
-static size_t ghost_slot(const struct s3fifo *s, uint64_t key)
-{
-	size_t i = ghost_hash(key) & s->tab_mask;
-
-	while (s->tab[i].seq && s->tab[i].key != key)
-		i = (i + 1) & s->tab_mask;
-	return i;
-}
-
-/* Empty slot i, shifting later entries of the probe back so that no
- * lookup is cut short (linear probing needs no tombstones this way). */
-static void ghost_del_slot(struct s3fifo *s, size_t i)
-{
-	size_t j = i;
-
-	for (;;) {
-		size_t home;
-
-		j = (j + 1) & s->tab_mask;
-		if (!s->tab[j].seq)
-			break;
-		home = ghost_hash(s->tab[j].key) & s->tab_mask;
-		/* j's entry may move to i when its home is not in (i, j]. */
-		if (((j - home) & s->tab_mask) >= ((j - i) & s->tab_mask)) {
-			s->tab[i] = s->tab[j];
-			i = j;
-		}
-	}
-	s->tab[i].seq = 0;
-}
-
-/* Remember key as the newest entry of G, forgetting the oldest when G is
- * full. A key already in G is renewed. */
-static void ghost_add(struct s3fifo *s, uint64_t key)
-{
-	uint64_t seq = s->seq++;
-	size_t i;
-
-	if (seq > s->ghost_cap) {	/* forget the entry added ghost_cap ago */
-		uint64_t old = seq - s->ghost_cap;
-		uint64_t okey = s->ring[old % s->ghost_cap];
-
-		i = ghost_slot(s, okey);
-		if (s->tab[i].seq == old)
-			ghost_del_slot(s, i);
-	}
-	s->ring[seq % s->ghost_cap] = key;
-	i = ghost_slot(s, key);
-	s->tab[i].key = key;
-	s->tab[i].seq = seq;
-}
-
-/* 1 and forget key if it is in G, else 0. */
-static int ghost_take(struct s3fifo *s, uint64_t key)
-{
-	size_t i = ghost_slot(s, key);
-
-	if (!s->tab[i].seq)
-		return 0;
-	ghost_del_slot(s, i);
-	return 1;
-}
-
-/* Parse "small=PCT" (or ""): 0 and sets *pct, -EINVAL on an unknown key,
- * a value outside 1..99 or malformed, an empty item or a trailing comma. */
-static int s3_parse(const char *p, unsigned *pct)
-{
-	while (p && *p) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		char *num_end;
-		unsigned long v;
-
-		if (len <= 6 || strncmp(p, "small=", 6) || p[6] < '0' || p[6] > '9')
-			return -EINVAL;
-		errno = 0;
-		v = strtoul(p + 6, &num_end, 10);
-		if (errno || num_end != p + len || v < 1 || v > 99)
-			return -EINVAL;
-		*pct = (unsigned)v;
-		if (!end)
-			break;
-		p = end + 1;
-		if (!*p)
-			return -EINVAL;		/* trailing comma */
-	}
-	return 0;
-}
-
-static void s3_destroy(void *state);
-
-/* -EINVAL for bad params (see s3_parse) or a zero capacity, -ENOMEM. G and
- * its table are sized from capacity here and never grow: about 40 bytes
+/* -EINVAL for bad params ("small=PCT", 1..99, no '%'; given again, the
+ * last counts), a zero capacity or one too large for the ghost's indices;
+ * -ENOMEM. G is sized from capacity here and never grows: about 32 bytes
  * per page of capacity. */
 static int s3_init(void **state, const char *params, size_t capacity)
 {
-	unsigned pct = 10;
+	uint64_t pct = 10;
+	const struct seg_param known[] = {
+		{ .key = "small", .num = &pct, .min = 1, .num_max = 99, .repeat = 1 },
+	};
 	struct s3fifo *s;
-	size_t tab = 16;
 	int err;
 
-	err = s3_parse(params, &pct);
+	err = seg_params_parse(params, known, 1);
 	if (err)
 		return err;
 	if (!capacity)
@@ -192,19 +80,13 @@ static int s3_init(void **state, const char *params, size_t capacity)
 		return -ENOMEM;
 	lnode_init_head(&s->small);
 	lnode_init_head(&s->main);
-	s->small_cap = capacity / 100 * pct + capacity % 100 * pct / 100;
+	s->small_cap = seg_pct(capacity, (unsigned)pct);
 	if (!s->small_cap)
 		s->small_cap = 1;
-	s->ghost_cap = capacity > s->small_cap ? capacity - s->small_cap : 1;
-	while (tab < 2 * s->ghost_cap)
-		tab *= 2;
-	s->tab_mask = tab - 1;
-	s->seq = 1;
-	s->ring = calloc(s->ghost_cap, sizeof(*s->ring));
-	s->tab = calloc(tab, sizeof(*s->tab));
-	if (!s->ring || !s->tab) {
-		s3_destroy(s);
-		return -ENOMEM;
+	err = ghost_init(&s->ghost, capacity > s->small_cap ? capacity - s->small_cap : 1);
+	if (err) {
+		free(s);
+		return err;
 	}
 	*state = s;
 	return 0;
@@ -215,8 +97,7 @@ static void s3_destroy(void *state)
 {
 	struct s3fifo *s = state;
 
-	free(s->ring);
-	free(s->tab);
+	ghost_destroy(&s->ghost);
 	free(s);
 }
 
@@ -244,7 +125,7 @@ static void s3_on_insert(void *state, uint64_t key, void *meta)
 	struct s3_meta *m = meta;
 
 	m->node.key = key;
-	if (ghost_take(s, key)) {
+	if (ghost_take(&s->ghost, key) >= 0) {
 		s3_to_main(s, m);
 		return;
 	}
@@ -278,7 +159,7 @@ static void s3_on_remove(void *state, uint64_t key, void *meta)
 	}
 	s->n_small--;
 	if (m->picked)
-		ghost_add(s, key);
+		ghost_push(&s->ghost, 0, key);
 }
 
 /*

@@ -21,7 +21,7 @@
 
 #include "pager/policy.h"
 #include "pager/policy/list.h"
-#include "pager/policy/segments.h"
+#include "pager/policy/helpers.h"
 
 struct slru_meta {
 	struct kvt_lnode node;		/* first: meta is also the list node */
@@ -40,7 +40,7 @@ static int slru_init(void **state, const char *params, size_t capacity)
 {
 	unsigned pct = 80;
 	const struct seg_param known[] = {
-		{ "protected", &pct, 100 },
+		{ .key = "protected", .val = &pct, .max = 100 },
 	};
 	struct slru *s;
 	int err = seg_params_parse(params, known, 1);

@@ -33,7 +33,7 @@
 
 #include "pager/policy.h"
 #include "pager/policy/list.h"
-#include "pager/policy/segments.h"
+#include "pager/policy/helpers.h"
 
 struct twoq_meta {
 	struct kvt_lnode node;		/* first: meta is also the list node */
@@ -54,8 +54,8 @@ static int twoq_init(void **state, const char *params, size_t capacity)
 {
 	unsigned kin = 25, kout = 50;
 	const struct seg_param known[] = {
-		{ "kin", &kin, 100 },
-		{ "kout", &kout, 100 },
+		{ .key = "kin", .val = &kin, .max = 100 },
+		{ .key = "kout", .val = &kout, .max = 100 },
 	};
 	struct twoq *s;
 	int err = seg_params_parse(params, known, 2);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers for the policies that split the tier into segments (2q, slru,
- * arc): percentage parameters, the victims() walk over two recency lists,
- * and ghost lists of keys.
+ * Helpers shared by the policies: "key=value" parameters (every policy
+ * that takes any), the victims() walk over two recency lists (2q, arc),
+ * and ghost lists of keys (2q, arc, s3fifo).
  *
  * A ghost list remembers the keys of pages that left the tier, so that a
  * policy can tell a page coming back soon from a new one. The policy sees
@@ -14,8 +14,8 @@
  * is O(1) plus the length of one hash chain (the table has at least as
  * many buckets as the pool has nodes).
  */
-#ifndef KVT_PAGER_POLICY_SEGMENTS_H
-#define KVT_PAGER_POLICY_SEGMENTS_H
+#ifndef KVT_PAGER_POLICY_HELPERS_H
+#define KVT_PAGER_POLICY_HELPERS_H
 
 #include <errno.h>
 #include <stddef.h>
@@ -27,20 +27,29 @@
 
 /* ---- parameters ---------------------------------------------------- */
 
-/* One "key=PCT" parameter: an integer 0..max, optionally followed by '%'. */
+/*
+ * One "key=value" parameter. Either a percentage (val set): an integer
+ * 0..max, optionally followed by '%'; or a plain number (num set, val
+ * NULL): an integer min..num_max, nothing after it. Either pointer holds
+ * the default and is overwritten when the key is given.
+ */
 struct seg_param {
 	const char *key;
-	unsigned *val;		/* holds the default; overwritten when given */
+	unsigned *val;		/* a percentage, or NULL */
 	unsigned max;
+	uint64_t *num;		/* a plain number, when val is NULL */
+	uint64_t min, num_max;
+	int repeat;		/* the key may be given again; the last counts */
 };
 
 /*
  * Parse params ("key=value,..."; NULL or "" keeps every default) against
- * the n (at most 32) known keys. -EINVAL for an unknown or repeated key, a
- * missing or empty value, a value that is not decimal digits (plus an
- * optional '%') or exceeds its max, and an empty item (",," or a trailing
- * ','). On -EINVAL some values may have been overwritten: the caller
- * fails its init and drops them.
+ * the n (at most 32) known keys. -EINVAL for an unknown key, a repeated
+ * one (unless its entry allows it), a missing or empty value, a value that
+ * is not decimal digits (plus an optional '%' for a percentage) or lies
+ * outside its range, and an empty item (",," or a trailing ','). On
+ * -EINVAL some values may have been overwritten: the caller fails its init
+ * and drops them.
  */
 static inline int seg_params_parse(const char *params, const struct seg_param *p,
 				   size_t n)
@@ -52,7 +61,7 @@ static inline int seg_params_parse(const char *params, const struct seg_param *p
 		return 0;
 	for (;;) {
 		size_t klen = strcspn(s, "=,"), i;
-		unsigned long v = 0;
+		uint64_t v = 0, lo, hi;
 		const char *d = s + klen + 1;
 
 		if (s[klen] != '=')
@@ -60,19 +69,29 @@ static inline int seg_params_parse(const char *params, const struct seg_param *p
 		for (i = 0; i < n; i++)
 			if (strlen(p[i].key) == klen && !memcmp(p[i].key, s, klen))
 				break;
-		if (i == n || i >= 32 || (seen >> i & 1))
+		if (i == n || i >= 32 || ((seen >> i & 1) && !p[i].repeat))
 			return -EINVAL;
 		seen |= 1u << i;
+		lo = p[i].val ? 0 : p[i].min;
+		hi = p[i].val ? p[i].max : p[i].num_max;
 		if (*d < '0' || *d > '9')
 			return -EINVAL;
 		for (; *d >= '0' && *d <= '9'; d++) {
-			v = v * 10 + (unsigned long)(*d - '0');
-			if (v > p[i].max)
+			unsigned dig = (unsigned)(*d - '0');
+
+			if (dig > hi || v > (hi - dig) / 10)
 				return -EINVAL;
+			v = v * 10 + dig;
 		}
-		if (*d == '%')
-			d++;
-		*p[i].val = (unsigned)v;
+		if (v < lo)
+			return -EINVAL;
+		if (p[i].val) {
+			if (*d == '%')
+				d++;
+			*p[i].val = (unsigned)v;
+		} else {
+			*p[i].num = v;
+		}
 		if (!*d)
 			return 0;
 		if (*d != ',')
