@@ -518,9 +518,8 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 
 		for (r = 0; r < R; r++)
 			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->attn_norm, hp->n_embd, hp->rms_eps);
-		if ((ret = kvt_matmul(e->pool, e->q, e->xn, R, &L->wq)) ||
-		    (ret = kvt_matmul(e->pool, e->k, e->xn, R, &L->wk)) ||
-		    (ret = kvt_matmul(e->pool, e->v, e->xn, R, &L->wv)))
+		if ((ret = kvt_matmul_n(e->pool, 3, (float *const[]){ e->q, e->k, e->v }, e->xn, R,
+					(const struct kvt_mat *const[]){ &L->wq, &L->wk, &L->wv })))
 			return ret;
 		for (r = 0; r < R; r++) {
 			kvt_rope(e->q + r * E, hp->n_head, hp->head_dim, hp->rope_dim, e->pos[r],
@@ -552,8 +551,8 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 
 		for (r = 0; r < R; r++)
 			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->ffn_norm, hp->n_embd, hp->rms_eps);
-		if ((ret = kvt_matmul(e->pool, e->g, e->xn, R, &L->w_gate)) ||
-		    (ret = kvt_matmul(e->pool, e->u, e->xn, R, &L->w_up)))
+		if ((ret = kvt_matmul_n(e->pool, 2, (float *const[]){ e->g, e->u }, e->xn, R,
+					(const struct kvt_mat *const[]){ &L->w_gate, &L->w_up })))
 			return ret;
 		kvt_swiglu(e->g, e->u, R * hp->n_ff);
 		if ((ret = kvt_matmul(e->pool, e->tmp, e->g, R, &L->w_down)))

@@ -512,6 +512,37 @@ static double check_matmul(struct kvt_pool *pool, uint32_t type, unsigned rows, 
 	return worst;
 }
 
+/* kvt_matmul_n against kvt_matmul one by one: bit-identical, whether the
+ * products are fused (few rows) or run one after another (many). Three
+ * products of one x, of different widths and types. */
+static void check_matmul_n(struct kvt_pool *pool, unsigned rows)
+{
+	const unsigned n_in = 96, n_out[3] = { 96, 32, 200 };
+	const uint32_t type[3] = { KVT_GGML_F16, KVT_GGML_Q8_0, KVT_GGML_F32 };
+	struct kvt_mat w[3];
+	float *x = xmalloc((size_t)rows * n_in * 4), *y[3], *z[3];
+
+	for (size_t i = 0; i < (size_t)rows * n_in; i++)
+		x[i] = rndf();
+	for (int k = 0; k < 3; k++) {
+		w[k] = (struct kvt_mat){ rand_weights(type[k], n_in, n_out[k]), type[k], n_in, n_out[k] };
+		y[k] = xmalloc((size_t)rows * n_out[k] * 4);
+		z[k] = xmalloc((size_t)rows * n_out[k] * 4);
+		for (size_t i = 0; i < (size_t)rows * n_out[k]; i++)
+			y[k][i] = z[k][i] = NAN;
+		CHECK_EQ(kvt_matmul(pool, z[k], x, rows, &w[k]), 0);
+	}
+	CHECK_EQ(kvt_matmul_n(pool, 3, y, x, rows,
+			      (const struct kvt_mat *const[]){ &w[0], &w[1], &w[2] }), 0);
+	for (int k = 0; k < 3; k++) {
+		CHECK(!memcmp(y[k], z[k], (size_t)rows * n_out[k] * 4));
+		free((void *)w[k].data);
+		free(y[k]);
+		free(z[k]);
+	}
+	free(x);
+}
+
 static void test_matmul(struct kvt_pool **pools, unsigned n_pools)
 {
 	/* Rows below 8 always take the dot products, 13 and up always
@@ -532,6 +563,9 @@ static void test_matmul(struct kvt_pool **pools, unsigned n_pools)
 	}
 	/* Rows so wide that the sgemm blocks shrink to fit the scratch. */
 	check_matmul(pools[2], KVT_GGML_BF16, 16, 40000, 130);
+	for (unsigned r = 1; r < 20; r += 3)
+		check_matmul_n(pools[(r / 3) % n_pools], r);
+	fprintf(stderr, "matmul_n: ok, equal to one product at a time\n");
 	/* Refused: a Q8_0 width that is not whole blocks, an unknown type. */
 	{
 		float x[40] = { 0 }, y[2];

@@ -848,12 +848,91 @@ static void blas_one_thread(void)
 	openblas_set_num_threads(1);
 }
 
+/* Rows few enough for the dot products rather than sgemm. */
+static int small_rows(const struct kvt_mat *w, unsigned rows)
+{
+	return rows < (w->type == W_F32 ? SMALL_ROWS_F32 : SMALL_ROWS_CONV);
+}
+
+/* Set up j for the dot-product path; returns its task count. */
+static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
+{
+	const struct kvt_mat *w = j->w;
+	unsigned tasks;
+
+#ifdef KVT_X86
+	/* F32 stays on AVX2: with nothing to convert it is bound by memory
+	 * either way, and 64-byte loads, which straddle two lines unless
+	 * the data is 64-byte aligned (GGUF promises 32), measured 5-10%
+	 * slower. */
+	if (j->simd >= 2 && w->type != W_F32)
+		j->dots = w->type == W_F16 ? dots_f16_avx512 : w->type == W_BF16 ?
+			  dots_bf16_avx512 : dots_q8_avx512;
+	else if (j->simd)
+		j->dots = w->type == W_F32 ? dots_f32_avx2 : w->type == W_F16 ? dots_f16_avx2 :
+			  w->type == W_BF16 ? dots_bf16_avx2 : dots_q8_avx2;
+#endif
+	/* About four tasks per thread for balance, but each a whole number
+	 * of cache lines of y and worth a task hand-out. */
+	tasks = 4 * nt;
+	if ((size_t)w->n_out * j->rb / SMALL_TASK_MIN < tasks)
+		tasks = (unsigned)((size_t)w->n_out * j->rb / SMALL_TASK_MIN) + 1;
+	j->blk = (w->n_out + tasks - 1) / tasks;
+	j->blk = (j->blk + SMALL_BLK - 1) / SMALL_BLK * SMALL_BLK;
+	return (w->n_out + j->blk - 1) / j->blk;
+}
+
+/* Several products of one x: the jobs' tasks numbered one after another. */
+struct mm_multi {
+	struct mm_job j[KVT_MATMUL_MAX];
+	unsigned first[KVT_MATMUL_MAX + 1];	/* first task of each job, then the total */
+	unsigned n;
+};
+
+static void mm_multi_task(void *arg, unsigned task, unsigned thread)
+{
+	const struct mm_multi *mm = arg;
+	unsigned k = 0;
+
+	while (task >= mm->first[k + 1])
+		k++;
+	mm_small_task((void *)&mm->j[k], task - mm->first[k], thread);
+}
+
+int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
+		 unsigned rows, const struct kvt_mat *const *w)
+{
+	struct mm_multi mm;
+	unsigned nt = kvt_pool_threads(pool), k;
+	int ret, fuse = n <= KVT_MATMUL_MAX && rows > 0;
+
+	for (k = 0; fuse && k < n; k++)
+		fuse = small_rows(w[k], rows) && w[k]->n_in && w[k]->n_out &&
+		       row_bytes(w[k]->type, w[k]->n_in);
+	if (!fuse) {
+		for (k = 0; k < n; k++)
+			if ((ret = kvt_matmul(pool, y[k], x, rows, w[k])))
+				return ret;
+		return 0;
+	}
+	mm.n = n;
+	mm.first[0] = 0;
+	for (k = 0; k < n; k++) {
+		mm.j[k] = (struct mm_job){ .y = y[k], .x = x, .rows = rows, .w = w[k],
+					   .rb = row_bytes(w[k]->type, w[k]->n_in),
+					   .simd = kvt_cpu_simd() };
+		mm.first[k + 1] = mm.first[k] + mm_small_setup(&mm.j[k], nt);
+	}
+	kvt_pool_run(pool, mm_multi_task, &mm, mm.first[n]);
+	return 0;
+}
+
 int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 	       const struct kvt_mat *w)
 {
 	struct mm_job j = { .y = y, .x = x, .rows = rows, .w = w,
 			    .rb = row_bytes(w->type, w->n_in), .simd = kvt_cpu_simd() };
-	unsigned nt = kvt_pool_threads(pool), tasks;
+	unsigned nt = kvt_pool_threads(pool);
 
 	if (!j.rb && w->n_in)
 		return -EINVAL;
@@ -863,27 +942,8 @@ int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		memset(y, 0, (size_t)rows * w->n_out * sizeof(float));
 		return 0;
 	}
-	if (rows < (w->type == W_F32 ? SMALL_ROWS_F32 : SMALL_ROWS_CONV)) {
-#ifdef KVT_X86
-		/* F32 stays on AVX2: with nothing to convert it is bound by
-		 * memory either way, and 64-byte loads, which straddle two
-		 * lines unless the data is 64-byte aligned (GGUF promises
-		 * 32), measured 5-10% slower. */
-		if (j.simd >= 2 && w->type != W_F32)
-			j.dots = w->type == W_F16 ? dots_f16_avx512 : w->type == W_BF16 ?
-				 dots_bf16_avx512 : dots_q8_avx512;
-		else if (j.simd)
-			j.dots = w->type == W_F32 ? dots_f32_avx2 : w->type == W_F16 ? dots_f16_avx2 :
-				 w->type == W_BF16 ? dots_bf16_avx2 : dots_q8_avx2;
-#endif
-		/* About four tasks per thread for balance, but each a whole
-		 * number of cache lines of y and worth a task hand-out. */
-		tasks = 4 * nt;
-		if ((size_t)w->n_out * j.rb / SMALL_TASK_MIN < tasks)
-			tasks = (unsigned)((size_t)w->n_out * j.rb / SMALL_TASK_MIN) + 1;
-		j.blk = (w->n_out + tasks - 1) / tasks;
-		j.blk = (j.blk + SMALL_BLK - 1) / SMALL_BLK * SMALL_BLK;
-		kvt_pool_run(pool, mm_small_task, &j, (w->n_out + j.blk - 1) / j.blk);
+	if (small_rows(w, rows)) {
+		kvt_pool_run(pool, mm_small_task, &j, mm_small_setup(&j, nt));
 		return 0;
 	}
 	pthread_once(&blas_once, blas_one_thread);

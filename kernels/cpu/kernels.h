@@ -63,6 +63,14 @@ struct kvt_mat {
 int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		const struct kvt_mat *w);
 
+/* y[k] (rows, w[k]->n_out) = x * w[k]^T for k < n: products of one x
+ * (Q, K and V; gate and up) in one pool run when all take the dot-product
+ * path, so a decode step pays one hand-out for them instead of n. Falls
+ * back to kvt_matmul one by one otherwise. Same returns. */
+#define KVT_MATMUL_MAX 4
+int  kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
+		  unsigned rows, const struct kvt_mat *const *w);
+
 /* Row id (< n_out) of W as f32 (n_in values): the token embedding lookup.
  * Exact: f16, bf16 and d * q all fit an f32. Writes nothing for a matrix
  * kvt_matmul would refuse. */
