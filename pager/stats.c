@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "pager/internal.h"
+#include "pager/out.h"
 
 KVT_API const char *kvt_tier_name(int tier)
 {
@@ -24,23 +25,6 @@ void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns)
 	st->io_ns_total += ns;
 	if (ns > st->io_ns_max)
 		st->io_ns_max = ns;
-}
-
-struct out {
-	char *buf;
-	size_t len, pos;
-};
-
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	size_t room = o->pos < o->len ? o->len - o->pos : 0;
-	va_start(ap, fmt);
-	int n = vsnprintf(o->buf + (room ? o->pos : 0), room, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		o->pos += (size_t)n;
 }
 
 /* A JSON string: notes come from strerror and paths. */

@@ -34,7 +34,7 @@
 
 struct opts {
 	const char *model, *prompt, *prompt_file, *prompt_ids, *dump_logits;
-	const char *save, *restore;
+	const char *save, *restore, *metrics;
 	unsigned n_predict, n_ctx, batch, threads;
 	int json, dense, print_config, ignore_eos, no_bar, page_set;
 	int tier_set[KVT_NTIERS];
@@ -91,6 +91,7 @@ static void usage(FILE *f)
 		"                        float32 rows of n_vocab: per step, one row for each\n"
 		"                        sequence still generating, in sequence order\n"
 		"      --json            one JSON object on stdout: text, ids, timings, stats\n"
+		"      --metrics FILE    the pager's final stats in Prometheus text format\n"
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n");
 }
@@ -459,7 +460,7 @@ int main(int argc, char **argv)
 {
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
-	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG };
+	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_METRICS };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "file", required_argument, 0, 'f' }, { "prompt-ids", required_argument, 0, O_PROMPT_IDS },
@@ -476,6 +477,7 @@ int main(int argc, char **argv)
 		{ "save", required_argument, 0, O_SAVE }, { "restore", required_argument, 0, O_RESTORE },
 		{ "dump-logits", required_argument, 0, O_DUMP }, { "json", no_argument, 0, O_JSON },
 		{ "no-progress", no_argument, 0, O_NOBAR }, { "print-config", no_argument, 0, O_PRINTCFG },
+		{ "metrics", required_argument, 0, O_METRICS },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct opts o = { .n_predict = 128, .batch = 1,
@@ -565,6 +567,7 @@ int main(int argc, char **argv)
 		case O_JSON: o.json = 1; break;
 		case O_NOBAR: o.no_bar = 1; break;
 		case O_PRINTCFG: o.print_config = 1; break;
+		case O_METRICS: o.metrics = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: fprintf(stderr, "%s: see --help\n", prog); return 2;
 		}
@@ -855,6 +858,17 @@ int main(int argc, char **argv)
 			if (pg) {
 				fputc('\n', stderr);
 				cli_print_tiers(stderr, &st);
+			}
+		}
+		if (o.metrics && pg) {
+			static char text[65536];
+			FILE *f = fopen(o.metrics, "w");
+			int n = kvt_stats_prometheus(&st, text, sizeof(text));
+
+			if (!f || n < 0 || fwrite(text, 1, (size_t)n, f) != (size_t)n || fclose(f)) {
+				fprintf(stderr, "%s: --metrics %s: %s\n", prog, o.metrics,
+					n < 0 ? strerror(-n) : strerror(errno));
+				save_failed = 1;
 			}
 		}
 	}

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Prometheus text exposition (format 0.0.4) of struct kvt_stats, for the
+ * operator interface. Names follow https://prometheus.io/docs/practices/naming/:
+ * a kvt_ prefix, base units (seconds, bytes), _total on counters, the tier as
+ * a label. docs/metrics.md lists every family; keep the two in step.
+ *
+ * Every family is written as one block: # HELP, # TYPE, then its samples, so
+ * a family never appears twice. The document is built from the snapshot
+ * alone: no locks, no allocation, no output anywhere but buf.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pager/internal.h"
+#include "pager/out.h"
+
+#define NS_PER_S 1000000000ull
+
+/* Nanoseconds as exact decimal seconds, without trailing zeros: no float
+ * rounding, so 1500000000 is "1.5" and 1000 is "0.000001". */
+static void put_seconds(struct out *o, uint64_t ns)
+{
+	uint64_t frac = ns % NS_PER_S;
+	int digits = 9;
+
+	put(o, "%llu", (unsigned long long)(ns / NS_PER_S));
+	if (!frac)
+		return;
+	while (frac % 10 == 0) {
+		frac /= 10;
+		digits--;
+	}
+	put(o, ".%0*llu", digits, (unsigned long long)frac);
+}
+
+/* HELP text escapes backslash and newline; a label value also the quote. */
+static void put_escaped(struct out *o, const char *s, int quote)
+{
+	for (; *s; s++) {
+		if (*s == '\\')
+			put(o, "\\\\");
+		else if (*s == '\n')
+			put(o, "\\n");
+		else if (quote && *s == '"')
+			put(o, "\\\"");
+		else
+			put(o, "%c", *s);
+	}
+}
+
+static void family(struct out *o, const char *name, const char *type, const char *help)
+{
+	put(o, "# HELP %s ", name);
+	put_escaped(o, help, 0);
+	put(o, "\n# TYPE %s %s\n", name, type);
+}
+
+/* name, then {k="v"} when k is given; the caller adds more labels or closes. */
+static void sample_open(struct out *o, const char *name, const char *k, const char *v)
+{
+	put(o, "%s", name);
+	if (!k)
+		return;
+	put(o, "{%s=\"", k);
+	put_escaped(o, v, 1);
+	put(o, "\"");
+}
+
+enum kind {
+	V_U64,		/* a uint64_t, as is */
+	V_NS,		/* a uint64_t of nanoseconds, shown in seconds */
+	V_INT,		/* an int */
+	V_FRAMES,	/* a uint64_t count of frames, shown in bytes (tiers only) */
+};
+
+struct metric {
+	const char *name, *type, *help;
+	size_t off;	/* of the field in struct kvt_stats or struct kvt_tier_stats */
+	enum kind kind;
+};
+
+#define S(f) offsetof(struct kvt_stats, f)
+#define T(f) offsetof(struct kvt_tier_stats, f)
+
+static const struct metric pager_metrics[] = {
+	{ "kvt_steps_total", "counter", "Steps taken (kvt_pager_step).", S(step), V_U64 },
+	{ "kvt_sequences", "gauge", "Open sequences.", S(seqs), V_U64 },
+	{ "kvt_pages", "gauge", "Live pages, across all sequences and layers.", S(pages), V_U64 },
+	{ "kvt_acquired_pages_total", "counter", "Pages handed out by kvt_batch_next.",
+	  S(acquires), V_U64 },
+	{ "kvt_host_in_place_pages_total", "counter",
+	  "Pages handed out that were read in place from the host tier.", S(host_in_place), V_U64 },
+	{ "kvt_prefetch_issued_total", "counter", "Pages queued for promotion by prefetch.",
+	  S(prefetch_issued), V_U64 },
+	{ "kvt_prefetch_hits_total", "counter",
+	  "Prefetched pages that were acquired before being evicted.", S(prefetch_hit), V_U64 },
+	{ "kvt_prefetch_late_total", "counter",
+	  "Pages acquired while their prefetch was still queued or in flight.",
+	  S(prefetch_late), V_U64 },
+	{ "kvt_prefetch_wasted_total", "counter",
+	  "Prefetched pages evicted from the target tier without being acquired.",
+	  S(prefetch_wasted), V_U64 },
+	{ "kvt_prefetch_dropped_total", "counter",
+	  "Prefetches given up because no frame could be had.", S(prefetch_dropped), V_U64 },
+	{ "kvt_lost_pages_total", "counter",
+	  "Pages marked lost after an I/O error or checksum mismatch (never served).",
+	  S(lost_pages), V_U64 },
+	{ "kvt_checksum_failures_total", "counter", "Pages read back with a bad checksum.",
+	  S(csum_failures), V_U64 },
+	{ "kvt_io_errors_total", "counter", "Failed transfers, other than NVMe writes that hit ENOSPC.", S(io_errors), V_U64 },
+	{ "kvt_short_ios_total", "counter", "NVMe transfers that completed short.",
+	  S(short_ios), V_U64 },
+	{ "kvt_enospc_total", "counter", "NVMe writes that failed with ENOSPC.", S(enospc), V_U64 },
+	{ "kvt_stall_seconds_total", "counter", "Time kvt_batch_next spent waiting for pages.",
+	  S(stall_ns), V_NS },
+	{ "kvt_nvme_paused", "gauge", "1 while demotion to NVMe is paused after ENOSPC, else 0.",
+	  S(nvme_paused), V_INT },
+	{ "kvt_nvme_direct", "gauge", "1 if the NVMe tier uses O_DIRECT, 0 if buffered.",
+	  S(nvme_direct), V_INT },
+	{ "kvt_nvme_registered_files", "gauge", "Files registered with the io_uring ring.",
+	  S(nvme_registered_files), V_INT },
+	{ "kvt_nvme_registered_buffers", "gauge", "Buffers registered with the io_uring ring.",
+	  S(nvme_registered_buffers), V_INT },
+	{ "kvt_host_mlocked", "gauge", "1 if the host tier is locked in memory, else 0.",
+	  S(host_mlocked), V_INT },
+	{ "kvt_host_numa_node", "gauge",
+	  "NUMA node of the host tier; -1 left to the kernel, -2 interleaved.",
+	  S(host_numa_node), V_INT },
+	{ "kvt_host_overhead_bytes", "gauge", "Host memory mapped beyond the configured size.",
+	  S(host_overhead_bytes), V_U64 },
+	{ "kvt_metadata_bytes", "gauge",
+	  "The pager's own bookkeeping: page table, frame maps, policy metadata.",
+	  S(meta_bytes), V_U64 },
+};
+
+static const struct metric tier_metrics[] = {
+	{ "kvt_tier_capacity_bytes", "gauge", "Bytes of frames in the tier.",
+	  T(capacity), V_FRAMES },
+	{ "kvt_tier_used_bytes", "gauge", "Bytes of frames holding a page.", T(used), V_FRAMES },
+	{ "kvt_tier_frame_bytes", "gauge", "Bytes per frame.", T(frame_bytes), V_U64 },
+	{ "kvt_tier_hits_total", "counter", "Page lookups that found the page in this tier.",
+	  T(hits), V_U64 },
+	{ "kvt_tier_misses_total", "counter",
+	  "Page lookups that reached this tier and did not find the page here.", T(misses), V_U64 },
+	{ "kvt_tier_promotions_total", "counter", "Pages copied into this tier from below.",
+	  T(promotions), V_U64 },
+	{ "kvt_tier_demotions_total", "counter", "Pages that left this tier downward.",
+	  T(demotions), V_U64 },
+	{ "kvt_tier_drops_total", "counter",
+	  "Demotions that needed no write (a clean copy was already below).", T(drops), V_U64 },
+	{ "kvt_tier_written_bytes_total", "counter", "Bytes written into this tier.",
+	  T(bytes_in), V_U64 },
+	{ "kvt_tier_read_bytes_total", "counter", "Bytes read out of this tier.",
+	  T(bytes_out), V_U64 },
+	{ "kvt_tier_io_latency_max_seconds", "gauge",
+	  "Longest transfer into or out of this tier.", T(io_ns_max), V_NS },
+};
+
+#undef S
+#undef T
+
+static void put_value(struct out *o, const void *base, const struct metric *m, uint64_t frame_bytes)
+{
+	const char *p = (const char *)base + m->off;
+	uint64_t u;
+	int i;
+
+	switch (m->kind) {
+	case V_INT:
+		memcpy(&i, p, sizeof(i));
+		put(o, " %d\n", i);
+		return;
+	case V_NS:
+		memcpy(&u, p, sizeof(u));
+		put(o, " ");
+		put_seconds(o, u);
+		put(o, "\n");
+		return;
+	case V_FRAMES:
+	case V_U64:
+		memcpy(&u, p, sizeof(u));
+		if (m->kind == V_FRAMES)
+			u *= frame_bytes;
+		put(o, " %llu\n", (unsigned long long)u);
+		return;
+	}
+}
+
+/*
+ * The log2 buckets as a Prometheus histogram. Bucket b < KVT_LAT_BUCKETS-1
+ * holds transfers under 2^b us, so its upper bound is le = 2^b us (a
+ * transfer of exactly 2^b us falls in the next one: the bounds are
+ * exclusive where Prometheus's are inclusive, a difference of one
+ * nanosecond). The last bucket has no upper bound and becomes +Inf.
+ *
+ * A snapshot whose buckets add up to more than io_count (a struct filled by
+ * hand) still gives a valid histogram: cumulative counts are capped at
+ * io_count, which is +Inf and _count.
+ */
+static void latency_histogram(struct out *o, const struct kvt_stats *st)
+{
+	static const char name[] = "kvt_tier_io_latency_seconds",
+			  bucket[] = "kvt_tier_io_latency_seconds_bucket";
+
+	family(o, name, "histogram",
+	       "Latency of transfers into or out of the tier (log2 microsecond buckets).");
+	for (int t = 0; t < KVT_NTIERS; t++) {
+		const struct kvt_tier_stats *ts = &st->tier[t];
+		uint64_t cum = 0;
+
+		for (int b = 0; b < KVT_LAT_BUCKETS - 1; b++) {
+			cum += ts->lat_hist[b];
+			if (cum > ts->io_count || cum < ts->lat_hist[b])
+				cum = ts->io_count;
+			sample_open(o, bucket, "tier", kvt_tier_name(t));
+			put(o, ",le=\"");
+			put_seconds(o, (1ull << b) * 1000);
+			put(o, "\"} %llu\n", (unsigned long long)cum);
+		}
+		sample_open(o, bucket, "tier", kvt_tier_name(t));
+		put(o, ",le=\"+Inf\"} %llu\n", (unsigned long long)ts->io_count);
+		sample_open(o, "kvt_tier_io_latency_seconds_sum", "tier", kvt_tier_name(t));
+		put(o, "} ");
+		put_seconds(o, ts->io_ns_total);
+		put(o, "\n");
+		sample_open(o, "kvt_tier_io_latency_seconds_count", "tier", kvt_tier_name(t));
+		put(o, "} %llu\n", (unsigned long long)ts->io_count);
+	}
+}
+
+KVT_API int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len)
+{
+	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
+	struct out o = { buf, len, 0 };
+	char dummy[1];
+
+	if (!buf || !len) {
+		o.buf = dummy;
+		o.len = 0;
+	}
+	for (size_t i = 0; i < sizeof(pager_metrics) / sizeof(*pager_metrics); i++) {
+		const struct metric *m = &pager_metrics[i];
+		family(&o, m->name, m->type, m->help);
+		sample_open(&o, m->name, NULL, NULL);
+		put_value(&o, st, m, 0);
+	}
+
+	/* An enum as a set of 0/1 samples, one per mode: the one in effect is 1. */
+	family(&o, "kvt_host_hugepages", "gauge",
+	       "Huge pages the host tier obtained: 1 for the mode in effect, 0 for the others.");
+	for (int h = 0; h < (int)(sizeof(huge) / sizeof(*huge)); h++) {
+		sample_open(&o, "kvt_host_hugepages", "mode", huge[h]);
+		put(&o, "} %d\n", st->host_hugepages == h);
+	}
+
+	for (size_t i = 0; i < sizeof(tier_metrics) / sizeof(*tier_metrics); i++) {
+		const struct metric *m = &tier_metrics[i];
+		family(&o, m->name, m->type, m->help);
+		for (int t = 0; t < KVT_NTIERS; t++) {
+			sample_open(&o, m->name, "tier", kvt_tier_name(t));
+			put(&o, "}");
+			put_value(&o, &st->tier[t], m, st->tier[t].frame_bytes);
+		}
+	}
+	latency_histogram(&o, st);
+
+	if (!buf || o.pos >= len)
+		return -ENOSPC;
+	return (int)o.pos;
+}
