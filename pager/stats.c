@@ -106,7 +106,7 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 		put(&o, "]}");
 	}
 	put(&o, "}}");
-	if (o.pos >= len)
+	if (!buf || o.pos >= len)
 		return -ENOSPC;
 	return (int)o.pos;
 }

@@ -421,6 +421,7 @@ static void check_json(const struct kvt_stats *st)
 	CHECK_EQ(kvt_stats_json(st, small, 16), -ENOSPC);
 	CHECK_EQ(kvt_stats_json(st, small, 1), -ENOSPC);
 	CHECK_EQ(kvt_stats_json(st, NULL, 0), -ENOSPC);
+	CHECK_EQ(kvt_stats_json(st, NULL, sizeof(buf)), -ENOSPC);
 
 	/* Plain text search, as a shell script would do it. */
 	char pat[64];
