@@ -1168,7 +1168,11 @@ KVT_API size_t kvt_pager_page_bytes(const struct kvt_pager *p)
 
 KVT_API void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out)
 {
+	/* kvt_pager_set changes parts of it while the pager runs. */
+	struct kvt_pager *q = (struct kvt_pager *)p;
+	pthread_mutex_lock(&q->lock);
 	*out = p->cfg;
+	pthread_mutex_unlock(&q->lock);
 }
 
 KVT_API uint64_t kvt_pager_step(struct kvt_pager *p)
@@ -1960,6 +1964,174 @@ KVT_API int kvt_pager_drain(struct kvt_pager *p, int tier)
 }
 
 /* ---------------------------------------------------------------------
+ * Live changes
+ */
+
+static int set_fail(char *err, size_t errlen, int r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int set_fail(char *err, size_t errlen, int r, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
+/* "tier.<name>.<field>": the tier and the field, or -1. */
+static int tier_key(const char *key, const char **field)
+{
+	if (strncmp(key, "tier.", 5))
+		return -1;
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		const char *n = kvt_tier_name(ti);
+		size_t l = strlen(n);
+		if (!strncmp(key + 5, n, l) && key[5 + l] == '.') {
+			*field = key + 6 + l;
+			return ti;
+		}
+	}
+	return -1;
+}
+
+struct by_step {
+	uint64_t step;
+	uint32_t frame;
+};
+
+static int by_step_cmp(const void *a, const void *b)
+{
+	const struct by_step *x = a, *y = b;
+	if (x->step != y->step)
+		return x->step < y->step ? -1 : 1;
+	return x->frame < y->frame ? -1 : x->frame > y->frame;
+}
+
+/* Replace the policy of tier ti by spec. The new state and its metadata
+ * area are built first, without the lock (the tier's frame count never
+ * changes), so a failure changes nothing. Under the lock the new policy
+ * is told about every page resident in the tier, least recently used
+ * first, and takes over; frames reserved for a move in flight are not
+ * resident yet (place() tells whichever policy is in force when the move
+ * lands). The old state is destroyed after the lock is dropped: nothing
+ * can reach it any more. Pages neither move nor change state. */
+static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char *spec,
+		       char *err, size_t errlen)
+{
+	struct tier *t = &p->t[ti];
+	const struct kvt_policy_ops *pol = kvt_policy_find(spec), *old_pol;
+	struct by_step *order;
+	uint8_t *meta, *old_meta;
+	void *pst = NULL, *old_pst;
+	uint32_t n = 0;
+	int r;
+
+	if (!pol)
+		return set_fail(err, errlen, -EINVAL, "%s = %s: no such policy", key, spec);
+	meta = calloc((size_t)t->nframes + 1, pol->meta_size ? pol->meta_size : 1);
+	order = malloc(((size_t)t->nframes + 1) * sizeof(*order));
+	if (!meta || !order) {
+		free(meta);
+		free(order);
+		return set_fail(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
+	}
+	r = pol->init(&pst, kvt_policy_params(spec), t->nframes);
+	if (r) {
+		free(meta);
+		free(order);
+		if (r != -ENOMEM)
+			r = -EINVAL;
+		return set_fail(err, errlen, r, "%s = %s: %s", key, spec, strerror(-r));
+	}
+
+	pthread_mutex_lock(&p->lock);
+	for (uint32_t f = 0; f < t->nframes; f++) {
+		uint32_t s = t->owner[f];
+		if (s != NO_PAGE && p->pages[s].frame[ti] == f)
+			order[n++] = (struct by_step){ p->pages[s].last_step, f };
+	}
+	qsort(order, n, sizeof(*order), by_step_cmp);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t f = order[i].frame;
+		pol->on_insert(pst, t->owner[f], meta + (size_t)f * pol->meta_size);
+	}
+	old_pol = t->pol;
+	old_pst = t->pst;
+	old_meta = t->meta;
+	t->pol = pol;
+	t->pst = pst;
+	t->meta = meta;
+	snprintf(p->cfg.tier[ti].policy, sizeof(p->cfg.tier[ti].policy), "%s", spec);
+	pthread_cond_signal(&p->work);	/* the new ranking may free frames */
+	pthread_mutex_unlock(&p->lock);
+
+	old_pol->destroy(old_pst);
+	free(old_meta);
+	free(order);
+	return 0;
+}
+
+/* Change one configuration key while the pager runs. The value is parsed
+ * and range-checked by kvt_config_set on a copy of the configuration;
+ * what can change live is applied, the rest refused with -EPERM. All or
+ * nothing: on any error nothing changes. */
+KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *value,
+			  char *err, size_t errlen)
+{
+	struct kvt_config c;
+	const char *field = NULL;
+	int ti, r;
+
+	if (!p)
+		return set_fail(err, errlen, -EINVAL, "no pager given");
+	pthread_mutex_lock(&p->lock);
+	c = p->cfg;
+	r = kvt_config_set(&c, key, value, err, errlen);
+	if (r)
+		goto out;
+	ti = tier_key(key, &field);
+	if (!strcmp(key, "access.prefetch_depth")) {
+		p->cfg.prefetch_depth = c.prefetch_depth;
+	} else if (ti >= 0 && !strcmp(field, "policy")) {
+		pthread_mutex_unlock(&p->lock);
+		return swap_policy(p, ti, key, c.tier[ti].policy, err, errlen);
+	} else if (ti >= 0 && (!strcmp(field, "wm_min") || !strcmp(field, "wm_low") ||
+			       !strcmp(field, "wm_high"))) {
+		const struct kvt_tier_config *tc = &c.tier[ti];
+		struct tier *t = &p->t[ti];
+		if (tc->wm_min > tc->wm_low || tc->wm_low > tc->wm_high) {
+			r = set_fail(err, errlen, -EINVAL,
+				     "%s = %s: wm_min = %u, wm_low = %u, wm_high = %u: must be "
+				     "wm_min <= wm_low <= wm_high", key, value,
+				     tc->wm_min, tc->wm_low, tc->wm_high);
+			goto out;
+		}
+		p->cfg.tier[ti].wm_min = tc->wm_min;
+		p->cfg.tier[ti].wm_low = tc->wm_low;
+		p->cfg.tier[ti].wm_high = tc->wm_high;
+		t->wm_min = (uint32_t)((uint64_t)t->nframes * tc->wm_min / 100);
+		t->wm_low = (uint32_t)((uint64_t)t->nframes * tc->wm_low / 100);
+		t->wm_high = (uint32_t)((uint64_t)t->nframes * tc->wm_high / 100);
+		t->retry_ns = 0;
+		/* Reclaim to the new marks; an allocation waiting at the old
+		 * min may now go ahead. */
+		pthread_cond_signal(&p->work);
+		pthread_cond_broadcast(&p->done);
+	} else {
+		/* access.host_in_place among them: batches, queued moves and
+		 * prefetched pages are bound to the tier acquire hands back. */
+		r = set_fail(err, errlen, -EPERM,
+			     "%s cannot change while the pager runs (restart with it in the config)",
+			     key);
+	}
+out:
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* ---------------------------------------------------------------------
  * Stats and the invariant check
  */
 
@@ -1982,17 +2154,18 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	/* The ring's own counters, as the migration thread last copied them
 	 * (it owns the ring and runs it without the lock). */
 	ni = p->nvme_info;
-	pthread_mutex_unlock(&p->lock);
-	st->host_hugepages = p->host.hugepages;
-	st->host_mlocked = p->host.mlocked;
-	st->host_numa_node = p->host.numa_node;
-	st->host_overhead_bytes = p->host.mapped - p->host.bytes;
+	/* Under the lock: kvt_pager_set may swap a tier's policy. */
 	st->meta_bytes = (uint64_t)(p->npages + 1) * sizeof(struct page);
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		const struct tier *t = &p->t[ti];
 		st->meta_bytes += ((uint64_t)t->nframes + 1) * (sizeof(uint32_t) + t->pol->meta_size) +
 				  ((t->nframes + 63) / 64) * sizeof(uint64_t);
 	}
+	pthread_mutex_unlock(&p->lock);
+	st->host_hugepages = p->host.hugepages;
+	st->host_mlocked = p->host.mlocked;
+	st->host_numa_node = p->host.numa_node;
+	st->host_overhead_bytes = p->host.mapped - p->host.bytes;
 	snprintf(st->host_notes, sizeof(st->host_notes), "%s", p->host.notes);
 	if (p->nvme) {
 		st->nvme_direct = ni.direct;

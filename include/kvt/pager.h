@@ -46,8 +46,21 @@ void kvt_pager_close(struct kvt_pager *p);
 
 /* Bytes of one page. */
 size_t kvt_pager_page_bytes(const struct kvt_pager *p);
-/* The configuration the pager was opened with (its geometry, tiers). */
+/* The configuration in force: the one it was opened with, as changed
+ * since by kvt_pager_set. */
 void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out);
+
+/* Change one configuration key ("section.key", as kvt_config_set takes it)
+ * while the pager runs. Live: access.prefetch_depth,
+ * tier.{fast,host,nvme}.wm_min|wm_low|wm_high (wm_min <= wm_low <= wm_high
+ * must hold afterwards) and tier.{fast,host,nvme}.policy (the tier's pages
+ * stay where they are; the new policy starts with them ranked by last
+ * use). Returns 0, -EINVAL for an unknown key, a bad value or a policy
+ * that does not exist or refuses its parameters, -EPERM for a key that
+ * only takes effect at open (message in err), -ENOMEM. On error nothing
+ * changes. kvt_pager_config returns the configuration in force. */
+int  kvt_pager_set(struct kvt_pager *p, const char *key, const char *value,
+		   char *err, size_t errlen);
 
 /* Advance the decode step. A page's accesses count once per step for the
  * policies, however many times it is acquired in that step. Returns the
