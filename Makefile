@@ -23,7 +23,7 @@ LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
 
 LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
-TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c))
+TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
 TEST_SRC = $(wildcard tests/t_*.c)
 TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON = $(BUILD)/tests/common.o
@@ -64,6 +64,10 @@ $(BUILD)/kvt-bench: $(BUILD)/tools/kvt-bench.o $(BENCH_OBJ) $(CLI_OBJ) $(BUILD)/
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kvt-%: $(BUILD)/tools/kvt-%.o $(CLI_OBJ) $(BUILD)/libkvt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The control socket's client; its name has no dash, so TOOLS lists it by hand.
+$(BUILD)/kvtctl: $(BUILD)/tools/kvtctl.o $(CLI_OBJ) $(BUILD)/libkvt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/t_%: $(BUILD)/tests/t_%.o $(TEST_COMMON) $(BUILD)/libkvt.a
@@ -131,4 +135,4 @@ help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
 -include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
-	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c))
+	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c)) $(BUILD)/tools/kvtctl.d

@@ -34,7 +34,7 @@
 
 struct opts {
 	const char *model, *prompt, *prompt_file, *prompt_ids, *dump_logits;
-	const char *save, *restore, *metrics;
+	const char *save, *restore, *metrics, *control;
 	unsigned n_predict, n_ctx, batch, threads;
 	int json, dense, print_config, ignore_eos, no_bar, page_set;
 	int tier_set[KVT_NTIERS];
@@ -92,6 +92,8 @@ static void usage(FILE *f)
 		"                        sequence still generating, in sequence order\n"
 		"      --json            one JSON object on stdout: text, ids, timings, stats\n"
 		"      --metrics FILE    the pager's final stats in Prometheus text format\n"
+		"      --control PATH    serve the control socket (kvtctl) at PATH while running;\n"
+		"                        \"default\": $XDG_RUNTIME_DIR/kvtier.sock or the like\n"
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n");
 }
@@ -460,7 +462,8 @@ int main(int argc, char **argv)
 {
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
-	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_METRICS };
+	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_METRICS,
+	       O_CONTROL };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "file", required_argument, 0, 'f' }, { "prompt-ids", required_argument, 0, O_PROMPT_IDS },
@@ -477,7 +480,7 @@ int main(int argc, char **argv)
 		{ "save", required_argument, 0, O_SAVE }, { "restore", required_argument, 0, O_RESTORE },
 		{ "dump-logits", required_argument, 0, O_DUMP }, { "json", no_argument, 0, O_JSON },
 		{ "no-progress", no_argument, 0, O_NOBAR }, { "print-config", no_argument, 0, O_PRINTCFG },
-		{ "metrics", required_argument, 0, O_METRICS },
+		{ "metrics", required_argument, 0, O_METRICS }, { "control", required_argument, 0, O_CONTROL },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct opts o = { .n_predict = 128, .batch = 1,
@@ -485,6 +488,7 @@ int main(int argc, char **argv)
 	struct kvt_model *m = NULL;
 	struct kvt_device *dev = NULL;
 	struct kvt_pager *pg = NULL;
+	struct kvt_control *ctl = NULL;
 	struct kvt_engine *e = NULL;
 	struct kvt_session *ss[MAX_BATCH] = { 0 };
 	struct kvt_sampler *smp[MAX_BATCH] = { 0 };
@@ -568,6 +572,7 @@ int main(int argc, char **argv)
 		case O_NOBAR: o.no_bar = 1; break;
 		case O_PRINTCFG: o.print_config = 1; break;
 		case O_METRICS: o.metrics = optarg; break;
+		case O_CONTROL: o.control = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: fprintf(stderr, "%s: see --help\n", prog); return 2;
 		}
@@ -685,6 +690,9 @@ int main(int argc, char **argv)
 		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
 			die("cannot open the pager: %s", strerror(-r));
 		live_pager = pg;
+		if (o.control && (r = kvt_control_start(pg, strcmp(o.control, "default") ? o.control : NULL,
+							&ctl)))
+			die("--control %s: %s", o.control, strerror(-r));
 	}
 	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
 		die("%s", err);
@@ -884,6 +892,7 @@ int main(int argc, char **argv)
 		free(out[i].text);
 	}
 	kvt_engine_free(e);
+	kvt_control_stop(ctl);
 	kvt_pager_close(pg);
 	live_pager = NULL;
 	kvt_device_close(dev);

@@ -163,6 +163,19 @@ int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len);
 
 const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
 
+/* Control socket: a thread serving a Unix stream socket with a line
+ * protocol (stats, stats json, metrics, get KEY, set KEY=VALUE, drain
+ * fast|host, help; every reply ends with a line "." alone, errors are one
+ * line "error ..."). path NULL or "": $XDG_RUNTIME_DIR/kvtier.sock, else
+ * /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock. The socket is made
+ * mode 0600 and peers must have our uid or be root. -EEXIST if the path
+ * holds anything but a socket nobody listens on (such a stale socket is
+ * replaced). The pager must outlive it. */
+struct kvt_control;
+int  kvt_control_start(struct kvt_pager *p, const char *path, struct kvt_control **out);
+/* Stops the thread, closes every client and removes the socket file. */
+void kvt_control_stop(struct kvt_control *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,726 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control socket: one thread serving a Unix stream socket with a line
+ * protocol (stats, stats json, metrics, get, set, drain, help), for kvtctl
+ * and for scripts.
+ *
+ * One thread polls the listening socket, an eventfd (stop) and up to
+ * MAX_CLIENTS non-blocking client sockets. Every client has its own input
+ * buffer (one line of at most LINE_MAX bytes) and output buffer, so a
+ * client that stays silent, stops mid-line or never reads its replies
+ * holds up nobody: the thread only ever waits in poll(). It does wait for
+ * the pager itself (a drain runs to completion before the next request).
+ *
+ * Replies are lines ending in "\n" followed by a line "." alone; a reply
+ * line that starts with "." is sent with one more "." in front (as SMTP
+ * does), so the terminator is never ambiguous. Errors are one line
+ * "error ..." then ".".
+ *
+ * Access: the socket is created mode 0600 and every peer is checked with
+ * SO_PEERCRED (our effective uid or root); anyone else gets
+ * "error permission denied" and is closed.
+ *
+ * Library rules: nothing prints, functions return 0 or -errno.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <kvt/config.h>
+#include <kvt/pager.h>
+
+#define KVT_API __attribute__((visibility("default")))
+
+#define MAX_CLIENTS	16
+#define LINE_MAX_	4096		/* bytes of one request line, newline excluded */
+#define OUT_HIGH	(64u << 10)	/* stop reading requests above this much unsent */
+
+struct client {
+	int fd;				/* -1: free slot */
+	char in[LINE_MAX_ + 1];		/* the unfinished line (no NUL) */
+	size_t inlen;
+	int discard;			/* dropping the rest of a too-long line */
+	int closing;			/* out of memory: close, answer nothing more */
+	int eof;			/* the peer sent all it will send */
+	char *out;			/* unsent reply bytes: out[outoff, outlen) */
+	size_t outoff, outlen, outcap;
+};
+
+struct kvt_control {
+	struct kvt_pager *p;
+	pthread_t th;
+	int lfd;			/* listening socket */
+	int efd;			/* eventfd: stop */
+	dev_t dev;			/* the socket file we made, so stop */
+	ino_t ino;			/* unlinks only that one */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct client cl[MAX_CLIENTS];
+};
+
+/* --- output buffers ------------------------------------------------------ */
+
+/* Append n bytes; on allocation failure the client is closed (the reply
+ * cannot be delivered whole). */
+static void out_raw(struct client *c, const char *s, size_t n)
+{
+	if (c->closing)
+		return;
+	if (c->outlen + n > c->outcap) {
+		size_t cap = c->outcap ? c->outcap : 4096;
+		char *nb;
+
+		while (cap < c->outlen + n)
+			cap *= 2;
+		nb = realloc(c->out, cap);
+		if (!nb) {
+			c->closing = 1;
+			c->outoff = c->outlen = 0;
+			return;
+		}
+		c->out = nb;
+		c->outcap = cap;
+	}
+	memcpy(c->out + c->outlen, s, n);
+	c->outlen += n;
+}
+
+/* Append text as reply lines: dot-stuffed, each ending in "\n". */
+static void out_text(struct client *c, const char *s)
+{
+	while (*s) {
+		const char *nl = strchr(s, '\n');
+		size_t n = nl ? (size_t)(nl - s) : strlen(s);
+
+		if (s[0] == '.')
+			out_raw(c, ".", 1);
+		out_raw(c, s, n);
+		out_raw(c, "\n", 1);
+		s += n + (nl ? 1 : 0);
+	}
+}
+
+static void out_fmt(struct client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void out_fmt(struct client *c, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	out_text(c, buf);
+}
+
+static void out_end(struct client *c)
+{
+	out_raw(c, ".\n", 2);
+}
+
+static void out_error(struct client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void out_error(struct client *c, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n = snprintf(buf, sizeof(buf), "error ");
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	/* One line: a message never carries a newline into the reply. */
+	for (char *q = buf; *q; q++)
+		if (*q == '\n' || *q == '\r')
+			*q = ' ';
+	out_text(c, buf);
+	out_end(c);
+}
+
+static const char *errstr(int err, char *buf, size_t len)
+{
+	return strerror_r(err, buf, len);
+}
+
+/* --- requests ------------------------------------------------------------ */
+
+/* Fill a growing buffer with fn(st, buf, len) (returns length or -ENOSPC).
+ * Returns a malloc'd string or NULL. */
+static char *render(const void *arg, int (*fn)(const void *, char *, size_t))
+{
+	size_t len = 16384;
+
+	for (;;) {
+		char *buf = malloc(len);
+		int n;
+
+		if (!buf)
+			return NULL;
+		n = fn(arg, buf, len);
+		if (n >= 0 && (size_t)n < len)
+			return buf;
+		free(buf);
+		if (n != -ENOSPC && n >= 0 && (size_t)n >= len)
+			len = (size_t)n + 1;
+		else if (n == -ENOSPC && len < (64u << 20))
+			len *= 2;
+		else
+			return NULL;
+	}
+}
+
+static int r_json(const void *st, char *b, size_t n) { return kvt_stats_json(st, b, n); }
+static int r_prom(const void *st, char *b, size_t n) { return kvt_stats_prometheus(st, b, n); }
+static int r_cfg(const void *cfg, char *b, size_t n) { return kvt_config_print(cfg, b, n); }
+
+static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
+{
+	struct kvt_stats *st = calloc(1, sizeof(*st));
+	char eb[128];
+	int rc;
+
+	if (!st) {
+		out_error(c, "out of memory");
+		return;
+	}
+	rc = kvt_pager_stats(ctl->p, st);
+	if (rc) {
+		out_error(c, "stats: %s", errstr(-rc, eb, sizeof(eb)));
+		free(st);
+		return;
+	}
+	if (form) {
+		char *txt = render(st, form == 1 ? r_json : r_prom);
+
+		if (!txt) {
+			out_error(c, "out of memory");
+		} else {
+			out_text(c, txt);
+			out_end(c);
+		}
+		free(txt);
+		free(st);
+		return;
+	}
+	for (int t = 0; t < KVT_NTIERS; t++) {
+		const struct kvt_tier_stats *ts = &st->tier[t];
+
+		out_fmt(c, "%s: used %llu/%llu frames (%.1f/%.1f MiB), hits %llu, misses %llu, "
+			"bytes in %llu, bytes out %llu",
+			kvt_tier_name(t), (unsigned long long)ts->used,
+			(unsigned long long)ts->capacity,
+			(double)(ts->used * ts->frame_bytes) / (1 << 20),
+			(double)(ts->capacity * ts->frame_bytes) / (1 << 20),
+			(unsigned long long)ts->hits, (unsigned long long)ts->misses,
+			(unsigned long long)ts->bytes_in, (unsigned long long)ts->bytes_out);
+	}
+	out_fmt(c, "prefetch: issued %llu, hit %llu, late %llu, wasted %llu, dropped %llu",
+		(unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_hit,
+		(unsigned long long)st->prefetch_late, (unsigned long long)st->prefetch_wasted,
+		(unsigned long long)st->prefetch_dropped);
+	out_fmt(c, "seqs %llu, pages %llu, acquires %llu, lost pages %llu, io errors %llu",
+		(unsigned long long)st->seqs, (unsigned long long)st->pages,
+		(unsigned long long)st->acquires, (unsigned long long)st->lost_pages,
+		(unsigned long long)st->io_errors);
+	out_end(c);
+	free(st);
+}
+
+/* The value of "section.name" in kvt_config_print's INI text, or NULL. */
+static const char *ini_value(char *ini, const char *key, char **end)
+{
+	const char *dot = strrchr(key, '.');
+	size_t seclen, namelen;
+	int insec = 0;
+
+	if (!dot || dot == key || !dot[1])
+		return NULL;
+	seclen = (size_t)(dot - key);
+	namelen = strlen(dot + 1);
+	for (char *line = ini; *line; ) {
+		char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) : strlen(line);
+
+		if (line[0] == '[') {
+			insec = n == seclen + 2 && !strncmp(line + 1, key, seclen) &&
+				line[seclen + 1] == ']';
+		} else if (insec && n > namelen && !strncmp(line, dot + 1, namelen) &&
+			   (line[namelen] == ' ' || line[namelen] == '=')) {
+			char *v = line + namelen;
+
+			while (*v == ' ')
+				v++;
+			if (*v != '=')
+				goto next;
+			v++;
+			if (*v == ' ')
+				v++;
+			*end = line + n;
+			return v;
+		}
+next:
+		line += n + (nl ? 1 : 0);
+	}
+	return NULL;
+}
+
+static void cmd_get(struct kvt_control *ctl, struct client *c, const char *key)
+{
+	struct kvt_config *cfg = malloc(sizeof(*cfg));
+	char *ini = NULL, *end;
+	const char *v;
+
+	if (!cfg) {
+		out_error(c, "out of memory");
+		return;
+	}
+	kvt_pager_config(ctl->p, cfg);
+	ini = render(cfg, r_cfg);
+	free(cfg);
+	if (!ini) {
+		out_error(c, "out of memory");
+		return;
+	}
+	v = ini_value(ini, key, &end);
+	if (!v) {
+		out_error(c, "unknown key: %.200s", key);
+	} else {
+		*end = 0;
+		if (*v)
+			out_text(c, v);
+		else
+			out_raw(c, "\n", 1);
+		out_end(c);
+	}
+	free(ini);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+		*--e = 0;
+	return s;
+}
+
+static void cmd_set(struct kvt_control *ctl, struct client *c, char *arg)
+{
+	char *eq = strchr(arg, '='), err[512] = "", eb[128];
+	int rc;
+
+	if (!eq) {
+		out_error(c, "usage: set KEY=VALUE");
+		return;
+	}
+	*eq = 0;
+	rc = kvt_pager_set(ctl->p, trim(arg), trim(eq + 1), err, sizeof(err));
+	if (!rc) {
+		out_text(c, "ok");
+		out_end(c);
+	} else {
+		out_error(c, "%s", err[0] ? err : errstr(-rc, eb, sizeof(eb)));
+	}
+}
+
+static void cmd_drain(struct kvt_control *ctl, struct client *c, const char *arg)
+{
+	char eb[128];
+	int tier, rc;
+
+	if (!strcmp(arg, "fast"))
+		tier = KVT_TIER_FAST;
+	else if (!strcmp(arg, "host"))
+		tier = KVT_TIER_HOST;
+	else {
+		out_error(c, "usage: drain fast|host");
+		return;
+	}
+	rc = kvt_pager_drain(ctl->p, tier);
+	if (rc) {
+		out_error(c, "drain %s: %s", arg, errstr(-rc, eb, sizeof(eb)));
+	} else {
+		out_text(c, "ok");
+		out_end(c);
+	}
+}
+
+static const char help_text[] =
+	"stats            per tier used/capacity, hits, misses, bytes in/out; prefetch\n"
+	"stats json       the statistics as one JSON object\n"
+	"metrics          the Prometheus text exposition\n"
+	"get KEY          one configuration value (e.g. get tier.fast.policy)\n"
+	"set KEY=VALUE    change a live key (kvt_pager_set)\n"
+	"drain fast|host  demote everything out of a tier and wait\n"
+	"help             this list\n";
+
+/* One request line (NUL-terminated, no newline). */
+static void handle_line(struct kvt_control *ctl, struct client *c, char *line)
+{
+	char *cmd, *arg;
+	size_t n = strlen(line);
+
+	if (n && line[n - 1] == '\r')
+		line[--n] = 0;
+	cmd = trim(line);
+	if (!*cmd)
+		return;		/* an empty line asks nothing and gets nothing */
+	arg = cmd + strcspn(cmd, " \t");
+	if (*arg)
+		*arg++ = 0;
+	arg = trim(arg);
+
+	if (!strcmp(cmd, "stats") && !*arg)
+		cmd_stats(ctl, c, 0);
+	else if (!strcmp(cmd, "stats") && !strcmp(arg, "json"))
+		cmd_stats(ctl, c, 1);
+	else if (!strcmp(cmd, "metrics") && !*arg)
+		cmd_stats(ctl, c, 2);
+	else if (!strcmp(cmd, "get") && *arg)
+		cmd_get(ctl, c, arg);
+	else if (!strcmp(cmd, "set"))
+		cmd_set(ctl, c, arg);
+	else if (!strcmp(cmd, "drain"))
+		cmd_drain(ctl, c, arg);
+	else if (!strcmp(cmd, "help")) {
+		out_text(c, help_text);
+		out_end(c);
+	} else if (!strcmp(cmd, "stats") || !strcmp(cmd, "metrics") || !strcmp(cmd, "get"))
+		out_error(c, "usage: see help");
+	else
+		out_error(c, "unknown command: %.200s", cmd);
+}
+
+/* --- clients ------------------------------------------------------------- */
+
+static void client_close(struct client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->out);
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+}
+
+static size_t pending(const struct client *c)
+{
+	return c->outlen - c->outoff;
+}
+
+/* Answer the complete lines in the input buffer while the unsent output
+ * stays under OUT_HIGH. */
+static void pump(struct kvt_control *ctl, struct client *c)
+{
+	while (!c->closing && pending(c) < OUT_HIGH) {
+		char *nl = memchr(c->in, '\n', c->inlen);
+		size_t used;
+
+		if (c->discard) {
+			if (!nl) {
+				c->inlen = 0;
+				return;
+			}
+			c->discard = 0;
+		} else if (!nl) {
+			if (c->inlen > LINE_MAX_) {
+				out_error(c, "line too long (max %u bytes)", LINE_MAX_);
+				c->discard = 1;
+				c->inlen = 0;
+			}
+			return;
+		} else {
+			*nl = 0;
+			handle_line(ctl, c, c->in);
+		}
+		used = (size_t)(nl - c->in) + 1;
+		memmove(c->in, c->in + used, c->inlen - used);
+		c->inlen -= used;
+	}
+}
+
+/* Send what the socket takes now. Returns -1 if the client is gone. */
+static int flush(struct client *c)
+{
+	while (pending(c)) {
+		ssize_t n = send(c->fd, c->out + c->outoff, pending(c),
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			return -1;
+		}
+		c->outoff += (size_t)n;
+	}
+	c->outoff = c->outlen = 0;
+	return 0;
+}
+
+/* Read what is there. Returns -1 on EOF or error. */
+static int fill(struct client *c)
+{
+	for (;;) {
+		size_t room = sizeof(c->in) - c->inlen;
+		ssize_t n;
+
+		if (!room)
+			return 0;
+		n = recv(c->fd, c->in + c->inlen, room, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		}
+		if (!n)
+			return -1;
+		c->inlen += (size_t)n;
+		if ((size_t)n < room)
+			return 0;
+	}
+}
+
+/* A refused peer gets one line; it is not waited for. */
+static void refuse(int fd, const char *msg)
+{
+	ssize_t r = send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	(void)r;
+	close(fd);
+}
+
+static void accept_one(struct kvt_control *ctl)
+{
+	struct ucred cr;
+	socklen_t crlen = sizeof(cr);
+	int fd = accept4(ctl->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;		/* EAGAIN, ECONNABORTED, EMFILE: try again on the next poll */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) ||
+	    (cr.uid != geteuid() && cr.uid != 0)) {
+		refuse(fd, "error permission denied\n.\n");
+		return;
+	}
+	for (int i = 0; i < MAX_CLIENTS; i++) {
+		if (ctl->cl[i].fd < 0) {
+			ctl->cl[i].fd = fd;
+			return;
+		}
+	}
+	refuse(fd, "error too many clients\n.\n");
+}
+
+/* Answer, send, and answer again while the socket takes it all. Returns
+ * -1 when the client is to be closed. */
+static int service(struct kvt_control *ctl, struct client *c)
+{
+	for (;;) {
+		pump(ctl, c);
+		if (flush(c) < 0)
+			return -1;
+		if (pending(c))
+			return 0;		/* wait for POLLOUT */
+		if (c->closing || c->eof)
+			return -1;		/* everything asked has been answered */
+		if (!memchr(c->in, '\n', c->inlen))
+			return 0;		/* wait for POLLIN */
+	}
+}
+
+static void *serve(void *arg)
+{
+	struct kvt_control *ctl = arg;
+	struct pollfd pfd[2 + MAX_CLIENTS];
+	int map[2 + MAX_CLIENTS];
+
+	for (;;) {
+		nfds_t n = 0;
+
+		pfd[n++] = (struct pollfd){ .fd = ctl->efd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = ctl->lfd, .events = POLLIN };
+		for (int i = 0; i < MAX_CLIENTS; i++) {
+			struct client *c = &ctl->cl[i];
+
+			if (c->fd < 0)
+				continue;
+			map[n] = i;
+			pfd[n++] = (struct pollfd){ .fd = c->fd,
+				.events = pending(c) ? POLLOUT : POLLIN };
+		}
+		if (poll(pfd, n, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pfd[0].revents)
+			break;
+		for (nfds_t k = 2; k < n; k++) {
+			struct client *c = &ctl->cl[map[k]];
+			short re = pfd[k].revents;
+
+			if (!re)
+				continue;
+			if (re & POLLIN) {
+				if (fill(c) < 0)
+					c->eof = 1;	/* still answer what it sent */
+			} else if (!(re & POLLOUT)) {
+				client_close(c);	/* POLLERR, POLLHUP, POLLNVAL */
+				continue;
+			}
+			if (service(ctl, c) < 0)
+				client_close(c);
+		}
+		if (pfd[1].revents & POLLIN)
+			accept_one(ctl);
+	}
+	return NULL;
+}
+
+/* --- start / stop -------------------------------------------------------- */
+
+static int default_path(char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char run[64];
+	struct stat st;
+	int n;
+
+	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)geteuid());
+	if (xdg && *xdg)
+		n = snprintf(buf, len, "%s/kvtier.sock", xdg);
+	else if (!stat(run, &st) && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+		n = snprintf(buf, len, "%s/kvtier.sock", run);
+	else
+		n = snprintf(buf, len, "/tmp/kvtier-%u.sock", (unsigned)geteuid());
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* 0 if path is free (absent, or a socket nobody listens on, now removed),
+ * -EEXIST if something else or a live socket is there. */
+static int clear_stale(const char *path, const struct sockaddr_un *sa)
+{
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st))
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	close(fd);
+	if (!rc)
+		return -EEXIST;		/* someone serves it */
+	if (errno != ECONNREFUSED)
+		return -EEXIST;
+	if (unlink(path) && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+KVT_API int kvt_control_start(struct kvt_pager *p, const char *path,
+			      struct kvt_control **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvt_control *ctl;
+	struct stat st;
+	int rc;
+
+	if (!p || !out)
+		return -EINVAL;
+	ctl = calloc(1, sizeof(*ctl));
+	if (!ctl)
+		return -ENOMEM;
+	ctl->p = p;
+	ctl->lfd = ctl->efd = -1;
+	for (int i = 0; i < MAX_CLIENTS; i++)
+		ctl->cl[i].fd = -1;
+	if (path && *path) {
+		if (strlen(path) >= sizeof(ctl->path)) {
+			rc = -ENAMETOOLONG;
+			goto fail;
+		}
+		strcpy(ctl->path, path);
+	} else if ((rc = default_path(ctl->path, sizeof(ctl->path)))) {
+		goto fail;
+	}
+	memcpy(sa.sun_path, ctl->path, strlen(ctl->path) + 1);
+
+	rc = clear_stale(ctl->path, &sa);
+	if (rc)
+		goto fail;
+	ctl->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctl->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (ctl->efd < 0 || ctl->lfd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	/* Nobody can connect before listen(), so bind, narrow the mode, then
+	 * listen: the umask (process-wide) is left alone. */
+	if (bind(ctl->lfd, (struct sockaddr *)&sa, sizeof(sa))) {
+		rc = errno == EADDRINUSE ? -EEXIST : -errno;
+		goto fail;
+	}
+	if (chmod(ctl->path, 0600) || lstat(ctl->path, &st)) {
+		rc = -errno;
+		goto fail_unlink;
+	}
+	ctl->dev = st.st_dev;
+	ctl->ino = st.st_ino;
+	if (listen(ctl->lfd, MAX_CLIENTS)) {
+		rc = -errno;
+		goto fail_unlink;
+	}
+	rc = -pthread_create(&ctl->th, NULL, serve, ctl);
+	if (rc)
+		goto fail_unlink;
+	*out = ctl;
+	return 0;
+
+fail_unlink:
+	unlink(ctl->path);
+fail:
+	if (ctl->lfd >= 0)
+		close(ctl->lfd);
+	if (ctl->efd >= 0)
+		close(ctl->efd);
+	free(ctl);
+	return rc;
+}
+
+KVT_API void kvt_control_stop(struct kvt_control *ctl)
+{
+	uint64_t one = 1;
+	struct stat st;
+
+	if (!ctl)
+		return;
+	while (write(ctl->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	pthread_join(ctl->th, NULL);
+	for (int i = 0; i < MAX_CLIENTS; i++)
+		client_close(&ctl->cl[i]);
+	close(ctl->lfd);
+	close(ctl->efd);
+	/* Remove the socket only if it is still the one we made. */
+	if (!lstat(ctl->path, &st) && st.st_dev == ctl->dev && st.st_ino == ctl->ino)
+		unlink(ctl->path);
+	free(ctl);
+}
