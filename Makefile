@@ -21,6 +21,8 @@ LDFLAGS	+= -fsanitize=$(SAN)
 endif
 LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
 
+GEN	 = $(BUILD)/gen
+CFLAGS	+= -I$(GEN)
 LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
@@ -42,9 +44,17 @@ tools: $(TOOLS)
 
 tests: $(TESTS)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | $(GEN)/policies.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# The policy registry: one line per file under pager/policy/ that defines a
+# policy table, so a new policy needs no edit anywhere else.
+POLICY_SRC = $(wildcard pager/policy/*.c)
+$(GEN)/policies.h: $(POLICY_SRC) Makefile
+	@mkdir -p $(dir $@)
+	@sed -n 's/^const struct kvt_policy_ops \(kvt_policy_[a-z0-9_]*\) = {$$/KVT_POLICY(\1)/p' \
+		$(POLICY_SRC) > $@.tmp && mv $@.tmp $@
 
 # The compute kernels are the hot loops of the forward pass.
 $(BUILD)/kernels/cpu/%.o: OPT = -O3

@@ -56,6 +56,7 @@ struct page {
 	uint64_t csum;		/* XXH3 of the NVMe copy */
 	uint64_t last_step;	/* step of the last counted access */
 	uint32_t next_free;	/* free list link */
+	uint32_t seq, layer, index;	/* who created it, for the policies */
 };
 
 struct tier {
@@ -125,6 +126,7 @@ struct kvt_pager {
 	int		target;		/* tier acquire hands back: fast, or host in place */
 	int		last;		/* lowest tier with frames */
 	uint64_t	step;
+	uint64_t	time;		/* counted accesses: the policies' clock */
 
 	struct tier	t[KVT_NTIERS];
 	void		*fast_mem;	/* the device arena */

@@ -153,6 +153,17 @@ static inline void *meta_of(const struct tier *t, uint32_t f)
 	return t->meta + (size_t)f * t->pol->meta_size;
 }
 
+/* What the policies are told of a reference to page slot. */
+static inline struct kvt_ref ref_of(const struct kvt_pager *p, uint32_t slot)
+{
+	const struct page *pg = &p->pages[slot];
+
+	return (struct kvt_ref){
+		.key = slot, .time = p->time, .step = p->step, .next = KVT_NEVER,
+		.seq = pg->seq, .layer = pg->layer, .index = pg->index,
+	};
+}
+
 static inline unsigned copies(const struct page *pg)
 {
 	return (pg->frame[0] != NO_FRAME) + (pg->frame[1] != NO_FRAME) +
@@ -172,8 +183,10 @@ static void place(struct kvt_pager *p, uint32_t slot, int ti, uint32_t f)
 
 	pg->frame[ti] = f;
 	t->owner[f] = slot;
+	struct kvt_ref r = ref_of(p, slot);
+
 	memset(meta_of(t, f), 0, t->pol->meta_size);
-	t->pol->on_insert(t->pst, slot, meta_of(t, f));
+	t->pol->on_insert(t->pst, &r, meta_of(t, f));
 }
 
 /* Remove the page's copy from tier ti. Counts it as a demotion when
@@ -282,7 +295,9 @@ static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
 	if (pg->last_step != p->step) {
 		struct tier *t = &p->t[ti];
 		pg->last_step = p->step;
-		t->pol->on_access(t->pst, s, meta_of(t, pg->frame[ti]), p->step, 0.0f);
+		p->time++;
+		struct kvt_ref r = ref_of(p, s);
+		t->pol->on_access(t->pst, &r, meta_of(t, pg->frame[ti]));
 	}
 }
 
@@ -1310,7 +1325,8 @@ KVT_API int kvt_seq_close(struct kvt_pager *p, kvt_seq_t h)
 }
 
 /* A new tail page for layer tab lt (lock held). */
-static int new_tail(struct kvt_pager *p, struct layer_tab *lt)
+static int new_tail(struct kvt_pager *p, uint32_t seq, uint32_t layer,
+		    struct layer_tab *lt)
 {
 	uint32_t s, f;
 	int r;
@@ -1334,6 +1350,9 @@ static int new_tail(struct kvt_pager *p, struct layer_tab *lt)
 	pg->refs = 1;
 	pg->pins = 1;
 	pg->flags = PF_TAILPIN;
+	pg->seq = seq;
+	pg->layer = layer;
+	pg->index = lt->n - 1;
 	place(p, s, KVT_TIER_FAST, f);
 	set_top(pg);
 	return 0;
@@ -1365,7 +1384,7 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 		struct layer_tab *lt = &s->lt[layer];
 		struct page *pg = lt->n ? &p->pages[lt->pg[lt->n - 1]] : NULL;
 		if (!pg || (pg->flags & PF_SEALED)) {
-			r = new_tail(p, lt);
+			r = new_tail(p, (uint32_t)(h & 0xffffff), layer, lt);
 			if (r)
 				break;
 			/* The lock may have been dropped: the table may have moved. */
@@ -2055,7 +2074,8 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 	qsort(order, n, sizeof(*order), by_step_cmp);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t f = order[i].frame;
-		pol->on_insert(pst, t->owner[f], meta + (size_t)f * pol->meta_size);
+		struct kvt_ref ref = ref_of(p, t->owner[f]);
+		pol->on_insert(pst, &ref, meta + (size_t)f * pol->meta_size);
 	}
 	old_pol = t->pol;
 	old_pst = t->pst;

@@ -14,17 +14,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What the caller knows of one reference to a page. A field it does not
+ * know holds KVT_REF_NONE (the u32 fields), KVT_NEVER (next) or 0 (score). */
+#define KVT_REF_NONE	UINT32_MAX
+#define KVT_NEVER	UINT64_MAX
+
+struct kvt_ref {
+	uint64_t key;		/* the page, opaque */
+	uint64_t time;		/* references counted so far, all tiers: a clock */
+	uint64_t step;		/* decode step */
+	uint64_t next;		/* time of the key's next reference: only offline
+				 * replays know it (belady); KVT_NEVER otherwise */
+	uint32_t seq;		/* sequence that created the page */
+	uint32_t layer;		/* its layer */
+	uint32_t index;		/* its index in the layer's page table */
+	float	 score;		/* attention mass on the page in this step */
+};
+
 struct kvt_policy_ops {
 	const char *name;
 	size_t meta_size;		/* bytes per page for the policy */
 	/* params: the text after "name:" ("key=value,..."), or "" */
 	int    (*init)(void **state, const char *params, size_t capacity);
 	void   (*destroy)(void *state);
-	/* A page entered the tier. */
-	void   (*on_insert)(void *state, uint64_t key, void *meta);
-	/* A page was used; called at most once per page per step. */
-	void   (*on_access)(void *state, uint64_t key, void *meta,
-			    uint64_t step, float score);
+	/* A page entered the tier; r describes it and the reference that
+	 * brought it (r->next as for on_access). */
+	void   (*on_insert)(void *state, const struct kvt_ref *r, void *meta);
+	/* A resident page was used; called at most once per page per step. */
+	void   (*on_access)(void *state, const struct kvt_ref *r, void *meta);
 	/* A page left the tier. */
 	void   (*on_remove)(void *state, uint64_t key, void *meta);
 	/* Up to want keys to evict, best first, skipping keys for which
@@ -42,16 +59,10 @@ const char *kvt_policy_params(const char *spec);
 /* NULL-terminated list of the built-in policies. */
 extern const struct kvt_policy_ops *const kvt_policies[];
 
-extern const struct kvt_policy_ops kvt_policy_lru;
-extern const struct kvt_policy_ops kvt_policy_clock;
-extern const struct kvt_policy_ops kvt_policy_mru;
-extern const struct kvt_policy_ops kvt_policy_lifo;
-extern const struct kvt_policy_ops kvt_policy_fifo;
-extern const struct kvt_policy_ops kvt_policy_lfu;
-extern const struct kvt_policy_ops kvt_policy_sieve;
-extern const struct kvt_policy_ops kvt_policy_s3fifo;
-extern const struct kvt_policy_ops kvt_policy_2q;
-extern const struct kvt_policy_ops kvt_policy_slru;
-extern const struct kvt_policy_ops kvt_policy_arc;
+/* The built-in policies: the build lists every file under pager/policy/
+ * that defines a `const struct kvt_policy_ops kvt_policy_NAME`. */
+#define KVT_POLICY(sym) extern const struct kvt_policy_ops sym;
+#include "policies.h"
+#undef KVT_POLICY
 
 #endif

@@ -27,6 +27,14 @@ struct sim {
 	unsigned hits, misses;
 };
 
+/* A reference to key at step (and time) t, nothing else known. */
+static inline struct kvt_ref ref_at(uint64_t key, uint64_t t)
+{
+	return (struct kvt_ref){ .key = key, .time = t, .step = t, .next = KVT_NEVER,
+				 .seq = KVT_REF_NONE, .layer = KVT_REF_NONE,
+				 .index = KVT_REF_NONE };
+}
+
 static inline void sim_open(struct sim *s, const struct kvt_policy_ops *ops, size_t cap)
 {
 	size_t bytes = (cap * ops->meta_size + 63) & ~(size_t)63;
@@ -102,7 +110,8 @@ static inline void sim_insert(struct sim *s, uint64_t key)
 	s->pin[i] = 0;
 	s->key[i] = key;
 	s->n++;
-	s->ops->on_insert(s->st, key, meta_of(s, i));
+	struct kvt_ref r = ref_at(key, s->step);
+	s->ops->on_insert(s->st, &r, meta_of(s, i));
 }
 
 static inline void sim_remove(struct sim *s, uint64_t key)
@@ -121,7 +130,8 @@ static inline void sim_access(struct sim *s, uint64_t key)
 	long i = slot_of(s, key);
 
 	CHECK(i >= 0);
-	s->ops->on_access(s->st, key, meta_of(s, i), ++s->step, 0.0f);
+	struct kvt_ref r = ref_at(key, ++s->step);
+	s->ops->on_access(s->st, &r, meta_of(s, i));
 }
 
 /* One reference: a hit is an access; a miss evicts victims(1) when full. */
@@ -283,18 +293,23 @@ static inline void check_all_pinned(const struct kvt_policy_ops *ops, size_t cap
 	for (size_t k = 0; k < cap; k++) {
 		void *m = meta + k * ops->meta_size;
 
-		ops->on_insert(st, k, m);
-		for (uint64_t a = 0; !segments && a < k % 4; a++)
-			ops->on_access(st, k, m, a, 0.0f);
+		struct kvt_ref r = ref_at(k, 0);
+		ops->on_insert(st, &r, m);
+		for (uint64_t a = 0; !segments && a < k % 4; a++) {
+			r = ref_at(k, a);
+			ops->on_access(st, &r, m);
+		}
 	}
 	for (size_t k = 0; segments && k < cap; k += 2) {
 		void *m = meta + k * ops->meta_size;
 
-		ops->on_access(st, k, m, 1, 0.0f);
+		struct kvt_ref r = ref_at(k, 1);
+		ops->on_access(st, &r, m);
 		ops->on_remove(st, k, m);
 		memset(m, 0, ops->meta_size);
-		ops->on_insert(st, k, m);
-		ops->on_access(st, k, m, 2, 0.0f);
+		ops->on_insert(st, &r, m);
+		r = ref_at(k, 2);
+		ops->on_access(st, &r, m);
 	}
 	calls = 0;
 	CHECK_EQ(ops->victims(st, out, 16, count_pinned, &calls), 0);

@@ -110,8 +110,9 @@ static void arc_link(struct arc *s, struct arc_meta *m, uint32_t in_t2)
  * most recent, and the oldest ghost keys are forgotten to keep the bounds
  * in the file comment.
  */
-static void arc_on_insert(void *state, uint64_t key, void *meta)
+static void arc_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct arc *s = state;
 	struct kvt_ghost *g = &s->ghost;
 	struct arc_meta *m = meta;
@@ -143,13 +144,12 @@ static void arc_on_insert(void *state, uint64_t key, void *meta)
 
 /* A hit moves the page to T2's most recent end (from T1 or within T2).
  * step and score do not matter to ARC. */
-static void arc_on_access(void *state, uint64_t key, void *meta,
-			  uint64_t step, float score)
+static void arc_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct arc *s = state;
 	struct arc_meta *m = meta;
 
-	(void)key; (void)step; (void)score;
+	(void)r;
 	lnode_move_last(&s->t2, &m->node);
 	if (!m->in_t2) {
 		m->in_t2 = 1;

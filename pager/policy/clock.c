@@ -57,8 +57,9 @@ static void clock_destroy(void *state)
 /* A new page goes just behind the hand (last to be examined) with its
  * reference bit clear: it must be used again to earn a second chance.
  * meta arrives zeroed, so ref and picked are already 0. */
-static void clock_on_insert(void *state, uint64_t key, void *meta)
+static void clock_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct clock *s = state;
 	struct clock_meta *m = meta;
 
@@ -68,10 +69,9 @@ static void clock_on_insert(void *state, uint64_t key, void *meta)
 }
 
 /* Set the reference bit; step and score do not matter to CLOCK. */
-static void clock_on_access(void *state, uint64_t key, void *meta,
-			    uint64_t step, float score)
+static void clock_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
-	(void)state; (void)key; (void)step; (void)score;
+	(void)state; (void)r;
 	((struct clock_meta *)meta)->ref = 1;
 }
 

@@ -140,8 +140,9 @@ static void lfu_halve(struct lfu *s)
 
 /* A new page has count 1 (the use that brought it in) and is the most
  * recent of bucket 1. meta arrives zeroed. */
-static void lfu_on_insert(void *state, uint64_t key, void *meta)
+static void lfu_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct lfu_meta *m = meta;
 
 	m->node.key = key;
@@ -150,14 +151,13 @@ static void lfu_on_insert(void *state, uint64_t key, void *meta)
 
 /* Count the use (up to LFU_MAX) and make the page the most recent of its
  * new bucket; every age-th access halves all counts first. */
-static void lfu_on_access(void *state, uint64_t key, void *meta,
-			  uint64_t step, float score)
+static void lfu_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct lfu *s = state;
 	struct lfu_meta *m = meta;
 	uint32_t c;
 
-	(void)key; (void)step; (void)score;
+	(void)r;
 	if (s->age && ++s->ticks >= s->age) {
 		s->ticks = 0;
 		lfu_halve(s);

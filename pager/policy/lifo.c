@@ -12,9 +12,9 @@
 #include "pager/policy/list.h"
 
 /* Accesses do not reorder anything. */
-static void lifo_on_access(void *state, uint64_t key, void *meta, uint64_t step, float score)
+static void lifo_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
-	(void)state; (void)key; (void)meta; (void)step; (void)score;
+	(void)state; (void)r; (void)meta;
 }
 
 const struct kvt_policy_ops kvt_policy_lifo = {

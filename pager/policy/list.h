@@ -105,8 +105,9 @@ static inline void lpol_destroy(void *state)
 }
 
 /* A new page goes last (most recent). */
-static inline void lpol_insert_last(void *state, uint64_t key, void *meta)
+static inline void lpol_insert_last(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct kvt_lnode *n = meta;
 
 	n->key = key;
@@ -114,10 +115,9 @@ static inline void lpol_insert_last(void *state, uint64_t key, void *meta)
 }
 
 /* A used page moves last; step and score do not matter. */
-static inline void lpol_access_last(void *state, uint64_t key, void *meta,
-				    uint64_t step, float score)
+static inline void lpol_access_last(void *state, const struct kvt_ref *r, void *meta)
 {
-	(void)key; (void)step; (void)score;
+	(void)r;
 	lnode_move_last(state, meta);
 }
 

@@ -119,8 +119,9 @@ static void s3_to_main(struct s3fifo *s, struct s3_meta *m)
 
 /* A key in G goes to the head of M (and leaves G), any other to the head
  * of S. meta arrives zeroed: count 0, never offered. */
-static void s3_on_insert(void *state, uint64_t key, void *meta)
+static void s3_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct s3fifo *s = state;
 	struct s3_meta *m = meta;
 
@@ -135,12 +136,11 @@ static void s3_on_insert(void *state, uint64_t key, void *meta)
 }
 
 /* Count the use, up to S3_FREQ_MAX; nothing moves. */
-static void s3_on_access(void *state, uint64_t key, void *meta,
-			 uint64_t step, float score)
+static void s3_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct s3_meta *m = meta;
 
-	(void)state; (void)key; (void)step; (void)score;
+	(void)state; (void)r;
 	if (m->freq < S3_FREQ_MAX)
 		m->freq++;
 }

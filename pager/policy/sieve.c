@@ -64,8 +64,9 @@ static void sieve_destroy(void *state)
 /* A new page goes to the head of the queue, unvisited (meta arrives
  * zeroed). A hand between the tail and the head reaches it before it
  * wraps, as in SIEVE. */
-static void sieve_on_insert(void *state, uint64_t key, void *meta)
+static void sieve_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct sieve *s = state;
 	struct sieve_meta *m = meta;
 
@@ -75,10 +76,9 @@ static void sieve_on_insert(void *state, uint64_t key, void *meta)
 }
 
 /* Set the visited bit; nothing moves. step and score do not matter. */
-static void sieve_on_access(void *state, uint64_t key, void *meta,
-			    uint64_t step, float score)
+static void sieve_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
-	(void)state; (void)key; (void)step; (void)score;
+	(void)state; (void)r;
 	((struct sieve_meta *)meta)->visited = 1;
 }
 

@@ -64,8 +64,9 @@ static void slru_destroy(void *state)
 }
 
 /* A new page is the most recent in probation (meta arrives zeroed). */
-static void slru_on_insert(void *state, uint64_t key, void *meta)
+static void slru_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct slru *s = state;
 	struct slru_meta *m = meta;
 
@@ -77,13 +78,12 @@ static void slru_on_insert(void *state, uint64_t key, void *meta)
  * segment over its share demotes its least recent page (possibly the one
  * just promoted, when the share is 0) to probation's most recent end.
  * step and score do not matter to SLRU. */
-static void slru_on_access(void *state, uint64_t key, void *meta,
-			   uint64_t step, float score)
+static void slru_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct slru *s = state;
 	struct slru_meta *m = meta;
 
-	(void)key; (void)step; (void)score;
+	(void)r;
 	lnode_move_last(&s->prot, &m->node);
 	if (m->prot)
 		return;

@@ -89,8 +89,9 @@ static void twoq_destroy(void *state)
 
 /* A key remembered in A1out is forgotten there and its page enters Am as
  * the most recent; any other page enters A1in as the newest. */
-static void twoq_on_insert(void *state, uint64_t key, void *meta)
+static void twoq_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
+	uint64_t key = r->key;
 	struct twoq *s = state;
 	struct twoq_meta *m = meta;
 
@@ -108,13 +109,12 @@ static void twoq_on_insert(void *state, uint64_t key, void *meta)
 
 /* A hit in Am makes the page the most recent; a hit in A1in does nothing.
  * step and score do not matter to 2Q. */
-static void twoq_on_access(void *state, uint64_t key, void *meta,
-			  uint64_t step, float score)
+static void twoq_on_access(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct twoq *s = state;
 	struct twoq_meta *m = meta;
 
-	(void)key; (void)step; (void)score;
+	(void)r;
 	if (m->in_am)
 		lnode_move_last(&s->am, &m->node);
 }
