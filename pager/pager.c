@@ -972,6 +972,11 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
 		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: no such policy", kvt_tier_name(ti), spec);
 		return -EINVAL;
 	}
+	if (t->pol->flags & KVT_POLICY_OFFLINE) {
+		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: needs future references; "
+		     "it runs only in kvt-sim", kvt_tier_name(ti), spec);
+		return -EINVAL;
+	}
 	nw = (t->nframes + 63) / 64;
 	t->freemap = calloc(nw ? nw : 1, sizeof(uint64_t));
 	t->owner = malloc(((size_t)t->nframes + 1) * sizeof(uint32_t));
@@ -1217,6 +1222,33 @@ static struct seq *seq_get(struct kvt_pager *p, kvt_seq_t h, int *err)
 		return NULL;
 	}
 	return s;
+}
+
+KVT_API int kvt_seq_score(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+			  const float *mass, unsigned n)
+{
+	int r = 0;
+
+	if (!p || (n && !mass))
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	struct seq *s = seq_get(p, h, &r);
+	if (s && (layer >= p->cfg.n_layers || n > s->lt[layer].n))
+		r = -EINVAL;
+	for (unsigned i = 0; s && !r && i < n; i++) {
+		uint32_t slot = s->lt[layer].pg[i];
+		struct page *pg = &p->pages[slot];
+		struct kvt_ref ref = ref_of(p, slot);
+
+		ref.score = mass[i];
+		for (int ti = 0; ti < KVT_NTIERS; ti++) {
+			struct tier *t = &p->t[ti];
+			if (pg->frame[ti] != NO_FRAME && t->pol->on_score)
+				t->pol->on_score(t->pst, &ref, meta_of(t, pg->frame[ti]));
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
 }
 
 static kvt_seq_t seq_handle(const struct kvt_pager *p, uint32_t slot)
@@ -2049,6 +2081,9 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 
 	if (!pol)
 		return set_fail(err, errlen, -EINVAL, "%s = %s: no such policy", key, spec);
+	if (pol->flags & KVT_POLICY_OFFLINE)
+		return set_fail(err, errlen, -EINVAL, "%s = %s: needs future references; "
+				"it runs only in kvt-sim", key, spec);
 	meta = calloc((size_t)t->nframes + 1, pol->meta_size ? pol->meta_size : 1);
 	order = malloc(((size_t)t->nframes + 1) * sizeof(*order));
 	if (!meta || !order) {

@@ -31,9 +31,14 @@ struct kvt_ref {
 	float	 score;		/* attention mass on the page in this step */
 };
 
+enum kvt_policy_flag {
+	KVT_POLICY_OFFLINE = 1,		/* needs kvt_ref.next: replays only */
+};
+
 struct kvt_policy_ops {
 	const char *name;
 	size_t meta_size;		/* bytes per page for the policy */
+	unsigned flags;			/* enum kvt_policy_flag */
 	/* params: the text after "name:" ("key=value,..."), or "" */
 	int    (*init)(void **state, const char *params, size_t capacity);
 	void   (*destroy)(void *state);
@@ -42,6 +47,9 @@ struct kvt_policy_ops {
 	void   (*on_insert)(void *state, const struct kvt_ref *r, void *meta);
 	/* A resident page was used; called at most once per page per step. */
 	void   (*on_access)(void *state, const struct kvt_ref *r, void *meta);
+	/* Optional: the attention mass r->score that the page carried in
+	 * step r->step, reported after the step's attention. */
+	void   (*on_score)(void *state, const struct kvt_ref *r, void *meta);
 	/* A page left the tier. */
 	void   (*on_remove)(void *state, uint64_t key, void *meta);
 	/* Up to want keys to evict, best first, skipping keys for which

@@ -67,6 +67,13 @@ int  kvt_pager_set(struct kvt_pager *p, const char *key, const char *value,
  * new step number. */
 uint64_t kvt_pager_step(struct kvt_pager *p);
 
+/* Report the attention mass each of the first n pages of a sequence's layer
+ * carried in this step (mass[i] for page i; the masses of one query sum to
+ * 1 over its pages). Policies that use it (h2o) are told; the others
+ * ignore it. -EINVAL when n exceeds the layer's pages. */
+int  kvt_seq_score(struct kvt_pager *p, kvt_seq_t seq, unsigned layer,
+		   const float *mass, unsigned n);
+
 /* Sequences */
 int  kvt_seq_open(struct kvt_pager *p, kvt_seq_t *out);
 /* Append ntok tokens of one layer: k and v are (ntok, n_kv_heads, head_dim)
