@@ -52,6 +52,7 @@ int bench_io(int argc, char **argv);
 /* The inference runtime (tools/bench_infer.c). */
 int bench_decode(int argc, char **argv);
 int bench_resume(int argc, char **argv);
+int bench_serve(int argc, char **argv);
 int bench_prefill(int argc, char **argv);
 
 #endif

@@ -64,6 +64,8 @@ struct iopts {
 	const char *set[16];	/* KEY=VALUE config settings, in order */
 	int	 nset;
 	int	 json;
+	unsigned convs, batch, history, system;	/* serve */
+	unsigned max_batch;	/* the engine's; 0 = 1 */
 };
 
 static void fail(const struct iopts *o, const char *what, int r)
@@ -89,7 +91,7 @@ static uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 enum {
 	O_LAYERS = 256, O_DIM, O_HEADS, O_KV_HEADS, O_FF, O_VOCAB, O_WTYPE, O_DIR, O_THREADS,
 	O_CTX, O_STEPS, O_WARMUP, O_REPEAT, O_TOKENS, O_BW_BYTES, O_FIO_SECONDS, O_JSON,
-	O_MODEL, O_HELP, O_POLICY, O_PREFETCH, O_SET,
+	O_MODEL, O_HELP, O_POLICY, O_PREFETCH, O_SET, O_CONVS, O_BATCH, O_HISTORY, O_SYSTEM,
 };
 
 /* Which options a subcommand takes (bits of 1 << (code - O_LAYERS)). */
@@ -112,6 +114,8 @@ static const struct option long_opts[] = {
 	{ "model", required_argument, 0, O_MODEL }, { "help", no_argument, 0, O_HELP },
 	{ "policy", required_argument, 0, O_POLICY },
 	{ "prefetch", required_argument, 0, O_PREFETCH }, { "set", required_argument, 0, O_SET },
+	{ "convs", required_argument, 0, O_CONVS }, { "batch", required_argument, 0, O_BATCH },
+	{ "history", required_argument, 0, O_HISTORY }, { "system", required_argument, 0, O_SYSTEM },
 	{ 0 } };
 
 static const struct { const char *name; uint32_t type; } wtypes[] = {
@@ -136,6 +140,12 @@ static void usage_infer(const char *sub, FILE *f)
 		fprintf(f, "                 [--ctx LIST] [--steps N] [--warmup N] [--fio-seconds S]\n"
 			   "  defaults: 8 layers, dim 512, 8 heads (8 KV), ff 1536, vocab 4096, f16 weights;\n"
 			   "  --ctx 4K,16K,64K, --steps 8, --warmup 2, --fio-seconds 3\n");
+	else if (!strcmp(sub, "serve"))
+		fprintf(f, "                 [--convs N] [--batch N] [--history N] [--system N]\n"
+			   "                 [--tokens N] [--repeat N]\n"
+			   "  defaults: 4 layers, dim 256, 4 heads (4 KV), ff 768, vocab 4096, f16 weights;\n"
+			   "  --convs 32, --batch 4, --history 2048, --system 4096, --tokens 4 (a turn),\n"
+			   "  --repeat 2 (timed rounds)\n");
 	else if (!strcmp(sub, "resume"))
 		fprintf(f, "                 [--ctx N] [--repeat N] [--fio-seconds S]\n"
 			   "  defaults: 4 layers, dim 256, 4 heads (4 KV), ff 768, vocab 4096, f16 weights;\n"
@@ -186,7 +196,7 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 			c = O_MODEL;
 		else if (c == 'j')
 			c = O_JSON;
-		if (c < O_LAYERS || c > O_SET)
+		if (c < O_LAYERS || c > O_SYSTEM)
 			return 2;
 		if (!(allowed & OBIT(c))) {
 			fprintf(stderr, "kvt-bench %s: --%s is not an option of %s\n", o->sub,
@@ -205,6 +215,10 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 		case O_WARMUP: u = &o->warmup; break;
 		case O_REPEAT: u = &o->repeat; break;
 		case O_TOKENS: u = &o->tokens; break;
+		case O_CONVS: u = &o->convs; break;
+		case O_BATCH: u = &o->batch; break;
+		case O_HISTORY: u = &o->history; break;
+		case O_SYSTEM: u = &o->system; break;
 		case O_WTYPE:
 			bad = 1;
 			for (size_t i = 0; i < sizeof(wtypes) / sizeof(wtypes[0]); i++)
@@ -522,7 +536,7 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 	kvt_engine_params_default(&ep);
 	ep.n_ctx = n_ctx;
 	ep.n_threads = o->threads;
-	ep.max_batch = 1;
+	ep.max_batch = o->max_batch ? o->max_batch : 1;
 	if ((r = kvt_engine_new(m, g->p, &ep, &g->e, err, sizeof(err))))
 		failmsg(o, err);
 }
@@ -1280,6 +1294,243 @@ int bench_prefill(int argc, char **argv)
 	kvt_pool_free(pool);
 	kvt_session_free(g.e, s);
 	rig_close(&g);
+	kvt_model_free(m);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * serve: many conversations, and conversations sharing a system prompt
+ *
+ * Part 1, many conversations: --convs sessions of --history tokens each
+ * (kvt_session_fill_random). A turn takes the next --batch of them in
+ * round-robin order, resumes those that are parked, decodes --tokens
+ * steps for all of them together, and (set-up "park") parks them again.
+ * Set-ups: "resident" (every page in the fast tier: the reference),
+ * "park" and "keep" (the same tiers: fast 2x the active set, host 1/4 of
+ * the KV, NVMe the rest; "keep" never parks and leaves the choice to the
+ * policies). One round over all conversations warms up; --rounds more are
+ * timed. Reported: median turn time, tokens/s over all sessions, the
+ * ratio to resident, the fast tier's hit ratio, NVMe bytes read a turn.
+ *
+ * Part 2, a shared system prompt: --system tokens computed once in a root
+ * session, then --convs sessions forked from it, each adding --history/8
+ * tokens of its own ("fork"); against the same conversations each holding
+ * its own copy of the prompt ("copy"). Same tiers for both: fast 1/4, host
+ * 1/4 of the copies' KV, NVMe the rest. Reported: pages held, set-up time,
+ * then turns as in part 1 without parking.
+ */
+
+struct serve_res {
+	double	 turn_s;		/* median */
+	double	 tok_s;			/* tokens decoded a second, all sessions */
+	double	 setup_s;
+	double	 fast_hit;
+	double	 nvme_read;		/* bytes a turn */
+	uint64_t pages;			/* live pages after set-up */
+};
+
+/* A turn: resume (if parked), o->tokens batched steps, park (if asked). */
+static double serve_turn(const struct iopts *o, struct rig *g, struct kvt_session **ss,
+			 unsigned n, int park, uint32_t n_vocab, unsigned *tick)
+{
+	int32_t tok[64];
+	double t0 = cli_now();
+	int r;
+
+	for (unsigned i = 0; park && i < n; i++)
+		if ((r = kvt_session_resume(g->e, ss[i])))
+			fail(o, "kvt_session_resume", r);
+	for (unsigned k = 0; k < o->tokens; k++) {
+		for (unsigned i = 0; i < n; i++)
+			tok[i] = (int32_t)(3 + (*tick)++ % (n_vocab - 3));
+		if ((r = kvt_decode(g->e, ss, tok, n)) != (int)n)
+			fail(o, "kvt_decode", r < 0 ? r : -EIO);
+	}
+	for (unsigned i = 0; park && i < n; i++)
+		if ((r = kvt_session_park(g->e, ss[i])))
+			fail(o, "kvt_session_park", r);
+	return cli_now() - t0;
+}
+
+/* Rounds of turns over convs sessions, the first round untimed. */
+static void serve_rounds(const struct iopts *o, struct rig *g, struct kvt_session **conv,
+			 unsigned convs, int park, uint32_t n_vocab, struct serve_res *res)
+{
+	unsigned b = o->batch, turns = (convs + b - 1) / b, tick = 0, nt = 0;
+	double t[MAX_SAMPLES], total = 0;
+	struct kvt_stats a, z;
+	struct delta d;
+
+	for (unsigned round = 0; round <= o->repeat; round++) {
+		if (round == 1)
+			stats(o, g, &a);
+		for (unsigned k = 0; k < turns; k++) {
+			unsigned first = k * b, n = convs - first < b ? convs - first : b;
+			double s = serve_turn(o, g, conv + first, n, park, n_vocab, &tick);
+
+			if (round && nt < MAX_SAMPLES)
+				t[nt++] = s;
+			if (round)
+				total += s;
+		}
+	}
+	stats(o, g, &z);
+	diff(&a, &z, &d);
+	res->turn_s = bench_median(t, (int)nt);
+	res->tok_s = (double)o->repeat * convs * o->tokens / total;
+	res->fast_hit = d.fast_hit;
+	res->nvme_read = (double)d.nvme_read / ((double)o->repeat * turns);
+}
+
+static void serve_print(const struct iopts *o, const char *part, const char *name,
+			const struct serve_res *r, const struct serve_res *ref, uint64_t pb)
+{
+	if (o->json) {
+		printf("{\"bench\":\"serve\",\"part\":\"%s\",\"setup\":\"%s\",\"convs\":%u,"
+		       "\"batch\":%u,\"history\":%u,\"system\":%u,\"tokens_per_turn\":%u,"
+		       "\"pages\":%" PRIu64 ",\"page_bytes\":%" PRIu64 ",\"setup_s\":%.3f,"
+		       "\"turn_ms\":%.3f,\"tok_per_s\":%.2f,\"ratio\":%.3f,\"fast_hit\":%.4f,"
+		       "\"nvme_bytes_per_turn\":%.0f}\n",
+		       part, name, o->convs, o->batch, o->history, o->system, o->tokens, r->pages,
+		       pb, r->setup_s, r->turn_s * 1e3, r->tok_s, ref ? r->turn_s / ref->turn_s : 1,
+		       r->fast_hit, r->nvme_read);
+		return;
+	}
+	char ratio[16] = "ref";
+
+	if (ref)
+		snprintf(ratio, sizeof(ratio), "%.2f", r->turn_s / ref->turn_s);
+	printf("%-7s %-9s %7" PRIu64 " %7.1f %9.2f %8.1f %8.1f %6s %8.3f %8.1f\n", part, name,
+	       r->pages, mib(r->pages * pb), r->setup_s, r->turn_s * 1e3, r->tok_s, ratio,
+	       r->fast_hit, r->nvme_read / 1e6);
+}
+
+int bench_serve(int argc, char **argv)
+{
+	struct iopts o = {
+		.sub = "serve", .prefetch = -1, .steps = 1, .warmup = 0, .repeat = 2, .tokens = 4,
+		.convs = 32, .batch = 4, .history = 2048, .system = 4096,
+		.syn = { .layers = 4, .dim = 256, .heads = 4, .kv_heads = 4, .ff = 768, .vocab = 4096,
+			 .seed = 1, .type = KVT_GGML_F16 },
+	};
+	int r = parse_opts(&o, O_COMMON | O_TIERS | OBIT(O_REPEAT) | OBIT(O_TOKENS) |
+			   OBIT(O_CONVS) | OBIT(O_BATCH) | OBIT(O_HISTORY) | OBIT(O_SYSTEM),
+			   argc, argv);
+
+	if (!r && (!o.convs || !o.batch || o.batch > 64 || o.batch > o.convs || !o.history ||
+		   !o.system || o.tokens > 1024)) {
+		fprintf(stderr, "kvt-bench serve: --convs, --history and --system must be positive, "
+			"--batch 1..64 and at most --convs, --tokens at most 1024\n");
+		r = 2;
+	}
+	if (r) {
+		usage_infer(o.sub, r == 1 ? stdout : stderr);
+		return r == 1 ? 0 : 2;
+	}
+	unsigned own = o.history / 8 ? o.history / 8 : 1;
+	unsigned longest = (o.history > o.system + own ? o.history : o.system + own) +
+			   (o.repeat + 1) * o.tokens + 64;
+
+	o.syn.ctx = (unsigned)round_up(longest, 256);
+	struct kvt_model *m = get_model(&o);
+	struct kvt_config cfg;
+
+	geometry(&o, m, &cfg);
+	uint64_t pb = kvt_config_page_bytes(&cfg), layers = m->hp.n_layer;
+	unsigned n_ctx = (unsigned)round_up(longest, cfg.page_tokens);
+	uint64_t per_conv = session_pages(m, &cfg, o.history + (o.repeat + 1) * o.tokens);
+	uint64_t total = per_conv * o.convs;
+	struct kvt_session **conv = calloc(o.convs + 1, sizeof(*conv));
+	struct serve_res res[5];
+
+	if (!conv)
+		fail(&o, "calloc", -ENOMEM);
+	describe_model(&o, m, engine_threads(&o));
+	if (!o.json) {
+		printf("part 1: %u conversations of %u tokens, %u at a time, %u tokens a turn; "
+		       "part 2: a %u-token system prompt, %u conversations adding %u tokens each\n",
+		       o.convs, o.history, o.batch, o.tokens, o.system, o.convs, own);
+		printf("%-7s %-9s %7s %7s %9s %8s %8s %6s %8s %8s\n", "part", "set-up", "pages", "MiB",
+		       "set-up s", "turn ms", "tok/s", "ratio", "fast hit", "nvme MB");
+	}
+	/* Part 1: resident, park, keep. */
+	for (int su = 0; su < 3; su++) {
+		uint64_t active = per_conv * o.batch;
+		uint64_t fast = su ? 2 * active + layers * o.convs : resident_frames(&cfg, total +
+										   layers * o.convs);
+		uint64_t host = su ? total / 4 : 16, nvme = su ? total + total / 8 : 0;
+		struct rig g;
+		struct kvt_stats st;
+
+		o.max_batch = o.batch;
+		rig_open(&g, &o, m, n_ctx, fast, host, nvme);
+		double t0 = cli_now();
+
+		for (unsigned i = 0; i < o.convs; i++) {
+			conv[i] = new_session(&o, &g);
+			fill(&o, &g, conv[i], o.history);
+			if (su == 1 && (r = kvt_session_park(g.e, conv[i])))
+				fail(&o, "kvt_session_park", r);
+		}
+		res[su].setup_s = cli_now() - t0;
+		stats(&o, &g, &st);
+		res[su].pages = st.pages;
+		serve_rounds(&o, &g, conv, o.convs, su == 1, m->hp.n_vocab, &res[su]);
+		serve_print(&o, "many", su == 0 ? "resident" : su == 1 ? "park" : "keep", &res[su],
+			    su ? &res[0] : NULL, pb);
+		for (unsigned i = 0; i < o.convs; i++)
+			kvt_session_free(g.e, conv[i]);
+		rig_close(&g);
+		fflush(stdout);
+	}
+	/* Part 2: fork against copy, on the same tiers. */
+	uint64_t copy_pages = session_pages(m, &cfg, o.system + own) * o.convs;
+
+	for (int su = 3; su < 5; su++) {
+		struct kvt_session *root = NULL;
+		struct rig g;
+		struct kvt_stats st;
+
+		rig_open(&g, &o, m, n_ctx, copy_pages / 4 + 2 * layers * (o.convs + 1),
+			 copy_pages / 4, copy_pages + copy_pages / 8);
+		double t0 = cli_now();
+
+		if (su == 3) {
+			root = new_session(&o, &g);
+			fill(&o, &g, root, o.system);
+		}
+		for (unsigned i = 0; i < o.convs; i++) {
+			if (root) {
+				if ((r = kvt_session_fork(g.e, root, o.system, &conv[i])))
+					fail(&o, "kvt_session_fork", r);
+			} else {
+				conv[i] = new_session(&o, &g);
+				fill(&o, &g, conv[i], o.system);
+			}
+			fill(&o, &g, conv[i], own);
+		}
+		res[su].setup_s = cli_now() - t0;
+		stats(&o, &g, &st);
+		res[su].pages = st.pages;
+		serve_rounds(&o, &g, conv, o.convs, 0, m->hp.n_vocab, &res[su]);
+		serve_print(&o, "shared", su == 3 ? "fork" : "copy", &res[su],
+			    su == 4 ? &res[3] : NULL, pb);
+		for (unsigned i = 0; i < o.convs; i++)
+			kvt_session_free(g.e, conv[i]);
+		if (root)
+			kvt_session_free(g.e, root);
+		rig_close(&g);
+		fflush(stdout);
+	}
+	{
+		char extra[256];
+
+		snprintf(extra, sizeof(extra), "--convs %u --batch %u --history %u --system %u "
+			 "--tokens %u --repeat %u", o.convs, o.batch, o.history, o.system, o.tokens,
+			 o.repeat);
+		print_repro(&o, extra);
+	}
+	free(conv);
 	kvt_model_free(m);
 	return 0;
 }

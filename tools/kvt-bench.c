@@ -9,6 +9,7 @@
  *   kvt-bench scan   the full-attention scan over three tiers vs its bound
  *   kvt-bench decode   decode tokens/s at long contexts over tiers vs its bound
  *   kvt-bench resume   first token of a conversation parked on NVMe vs prefill
+ *   kvt-bench serve    many conversations (parked or not), a shared prompt (fork or copy)
  *   kvt-bench prefill  prefill vs sgemm, decode vs the read bandwidth
  *   kvt-bench all    each of them with short defaults
  *
@@ -535,7 +536,8 @@ static int bench_host(int argc, char **argv)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|prefill|all [options]\n"
+	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|serve|prefill|all\n"
+		   "                 [options]\n"
 		   "                 [--json]\n"
 		   "  io     NVMe tier read/write bandwidth vs fio (--bs, --depth, --seconds, --file)\n"
 		   "  copy   fast<->host copy bandwidth vs memcpy (--sizes, --total)\n"
@@ -547,9 +549,11 @@ static int usage(FILE *f)
 		   "           splits, vs max(all-fast time, NVMe bytes / fio rate) (--ctx, --steps)\n"
 		   "  resume   first token of a conversation parked on NVMe vs recomputing its\n"
 		   "           prefill (--ctx, --repeat)\n"
+		   "  serve    many conversations, parked between turns or not, vs all resident;\n"
+		   "           a shared system prompt, forked vs copied (--convs, --batch, ...)\n"
 		   "  prefill  prefill GFLOP/s vs OpenBLAS sgemm; decode vs weights+KV at the\n"
 		   "           read bandwidth (--tokens, --ctx)\n"
-		   "           each of the three: model geometry flags or -m FILE, --dir; --help\n"
+		   "           each of the four: model geometry flags or -m FILE, --dir; --help\n"
 		   "  all    each of the above with short defaults (decode, resume, prefill at 4K)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -575,6 +579,8 @@ int main(int argc, char **argv)
 		return bench_decode(argc, argv);
 	if (!strcmp(cmd, "resume"))
 		return bench_resume(argc, argv);
+	if (!strcmp(cmd, "serve"))
+		return bench_serve(argc, argv);
 	if (!strcmp(cmd, "prefill"))
 		return bench_prefill(argc, argv);
 	if (!strcmp(cmd, "all")) {
