@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The control socket: one thread serving a Unix stream socket with a line
- * protocol (stats, stats json, metrics, get, set, drain, help), for kvtctl
+ * protocol (stats, stats json, metrics, get, set, drain, trace, help), for kvtctl
  * and for scripts.
  *
  * One thread polls the listening socket, an eventfd (stop) and up to
@@ -359,6 +359,57 @@ static void cmd_drain(struct kvt_control *ctl, struct client *c, const char *arg
 	}
 }
 
+/* trace start FILE | trace stop. FILE must be absolute: it is opened by
+ * the pager's process, whose working directory is not the client's. */
+static void cmd_trace(struct kvt_control *ctl, struct client *c, char *arg)
+{
+	char *sub = arg, *rest = arg + strcspn(arg, " \t"), eb[128];
+	int rc;
+
+	if (*rest)
+		*rest++ = 0;
+	rest = trim(rest);
+	if (!strcmp(sub, "start") && *rest) {
+		if (rest[0] != '/') {
+			out_error(c, "trace start %.200s: give an absolute path (the pager does not "
+				  "run in your directory)", rest);
+			return;
+		}
+		rc = kvt_pager_trace_start(ctl->p, rest);
+		if (rc == -EBUSY)
+			out_error(c, "trace start: a trace is already being recorded (trace stop first)");
+		else if (rc)
+			out_error(c, "trace start %.200s: %s", rest, errstr(-rc, eb, sizeof(eb)));
+		else {
+			out_text(c, "ok");
+			out_end(c);
+		}
+	} else if (!strcmp(sub, "stop") && !*rest) {
+		struct kvt_stats *st;
+
+		rc = kvt_pager_trace_stop(ctl->p);
+		if (rc == -ENOENT) {
+			out_error(c, "trace stop: no trace is being recorded");
+			return;
+		}
+		if (rc) {
+			out_error(c, "trace stop: writing the trace failed: %s",
+				  errstr(-rc, eb, sizeof(eb)));
+			return;
+		}
+		out_text(c, "ok");
+		st = calloc(1, sizeof(*st));
+		if (st && !kvt_pager_stats(ctl->p, st))
+			out_fmt(c, "%llu records, %llu dropped",
+				(unsigned long long)st->trace_records,
+				(unsigned long long)st->trace_dropped);
+		free(st);
+		out_end(c);
+	} else {
+		out_error(c, "usage: trace start FILE | trace stop");
+	}
+}
+
 static const char help_text[] =
 	"stats            per tier used/capacity, hits, misses, bytes in/out; prefetch\n"
 	"stats json       the statistics as one JSON object\n"
@@ -366,6 +417,8 @@ static const char help_text[] =
 	"get KEY          one configuration value (e.g. get tier.fast.policy)\n"
 	"set KEY=VALUE    change a live key (kvt_pager_set)\n"
 	"drain fast|host  demote everything out of a tier and wait\n"
+	"trace start FILE record a trace into FILE (an absolute path; docs/trace-format.md)\n"
+	"trace stop       finish the trace: records written, records dropped\n"
 	"help             this list\n";
 
 /* One request line (NUL-terminated, no newline). */
@@ -396,6 +449,8 @@ static void handle_line(struct kvt_control *ctl, struct client *c, char *line)
 		cmd_set(ctl, c, arg);
 	else if (!strcmp(cmd, "drain"))
 		cmd_drain(ctl, c, arg);
+	else if (!strcmp(cmd, "trace"))
+		cmd_trace(ctl, c, arg);
 	else if (!strcmp(cmd, "help")) {
 		out_text(c, help_text);
 		out_end(c);

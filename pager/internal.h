@@ -19,6 +19,7 @@
 #include "pager/host.h"
 #include "pager/nvme.h"
 #include "pager/policy.h"
+#include "pager/trace.h"
 
 #define KVT_API __attribute__((visibility("default")))
 #define NO_FRAME UINT32_MAX
@@ -153,6 +154,14 @@ struct kvt_pager {
 
 	struct kvt_stats st;		/* counters not kept per tier */
 
+	/* Trace recording: rec is set and cleared under lock (so every
+	 * record is appended under it); trace_mu serialises start and stop,
+	 * which do their file I/O without the pager lock. */
+	struct kvt_recorder *rec;
+	uint64_t	rec_t0;		/* now_ns() when recording began */
+	uint64_t	trace_records, trace_dropped;	/* of the last trace stopped */
+	pthread_mutex_t trace_mu;
+
 	/* migration thread scratch (owned by it) */
 	uint32_t	*scratch;
 	struct kvt_io	*ios;
@@ -162,6 +171,32 @@ struct kvt_pager {
 
 /* pager.c */
 int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
+
+/* trace.c: the recorder behind kvt_pager_trace_start. kvt_recorder_slot
+ * is called under the caller's lock (one appender at a time) and returns
+ * the record to fill in; it never waits for I/O: a thread of the recorder
+ * writes full buffers, and when too many wait the record handed out is a
+ * scratch one that goes nowhere, counted as dropped (a KVT_EV_GAP record
+ * marks the spot). finish flushes, writes the header again (dropped) and
+ * closes; the appender must be done by then. */
+struct kvt_recorder;
+struct kvt_recorder_head {		/* first member of struct kvt_recorder */
+	struct kvt_trace_rec *next, *end;	/* free records of the current buffer */
+};
+/* max_bufs: buffers of 2048 records that may wait for the disk; 0 = the
+ * default, 512 (48 MiB). */
+int  kvt_recorder_start(const char *path, const struct kvt_trace_hdr *hdr, const char *config,
+			size_t config_len, unsigned max_bufs, struct kvt_recorder **out);
+struct kvt_trace_rec *kvt_recorder_slot_slow(struct kvt_recorder *r);
+static inline struct kvt_trace_rec *kvt_recorder_slot(struct kvt_recorder *r)
+{
+	struct kvt_recorder_head *h = (struct kvt_recorder_head *)r;
+	if (__builtin_expect(h->next < h->end, 1))
+		return h->next++;
+	return kvt_recorder_slot_slow(r);
+}
+void kvt_recorder_counts(const struct kvt_recorder *r, uint64_t *records, uint64_t *dropped);
+int  kvt_recorder_finish(struct kvt_recorder *r);
 
 /* stats.c */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);

@@ -164,6 +164,51 @@ static inline struct kvt_ref ref_of(const struct kvt_pager *p, uint32_t slot)
 	};
 }
 
+/* ---------------------------------------------------------------------
+ * Trace recording (lock held). TRACE costs a test of p->rec when no trace
+ * is being recorded.
+ */
+
+static inline uint8_t tier8(int ti)
+{
+	return ti >= 0 && ti < KVT_NTIERS ? (uint8_t)ti : KVT_TRACE_NONE;
+}
+
+/* One record about page slot; t is now_ns() or 0 to read the clock here. */
+static __attribute__((noinline)) void trace_page(struct kvt_pager *p, uint64_t t, uint8_t ev,
+						 uint32_t slot, int from, int to, uint32_t bytes,
+						 uint8_t flags, float score)
+{
+	const struct page *pg = &p->pages[slot];
+	struct kvt_trace_rec *r = kvt_recorder_slot(p->rec);
+
+	r->time = (t ? t : now_ns()) - p->rec_t0;
+	r->step = p->step;
+	r->key = (uint64_t)pg->gen << 32 | slot;
+	r->seq = pg->seq;
+	r->layer = pg->layer;
+	r->index = pg->index;
+	r->bytes = bytes;
+	r->score = score;
+	r->event = ev;
+	r->from = tier8(from);
+	r->to = tier8(to);
+	r->flags = (uint8_t)(flags | (pg->flags & PF_SEALED ? KVT_TF_SEALED : 0));
+}
+
+#define TRACE(p, ...) do { if (__builtin_expect((p)->rec != NULL, 0)) \
+		trace_page((p), __VA_ARGS__); } while (0)
+
+/* A record about no page (STEP). */
+static void trace_step(struct kvt_pager *p)
+{
+	*kvt_recorder_slot(p->rec) = (struct kvt_trace_rec){
+		.time = now_ns() - p->rec_t0, .step = p->step,
+		.seq = KVT_REF_NONE, .layer = KVT_REF_NONE, .index = KVT_REF_NONE,
+		.event = KVT_EV_STEP, .from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE,
+	};
+}
+
 static inline unsigned copies(const struct page *pg)
 {
 	return (pg->frame[0] != NO_FRAME) + (pg->frame[1] != NO_FRAME) +
@@ -212,6 +257,10 @@ static void unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int 
 		t->st.drops += drop;
 	}
 	set_top(pg);
+	/* to: where the top copy is now (below ti when ti was the top). */
+	if (demote)
+		TRACE(p, 0, drop ? KVT_EV_DROP : KVT_EV_DEMOTE, slot, ti, pg->top,
+		      drop ? 0 : (uint32_t)p->page_bytes, 0, 0.f);
 }
 
 /* ---------------------------------------------------------------------
@@ -243,6 +292,8 @@ static void page_free(struct kvt_pager *p, uint32_t s)
 		pg->flags |= PF_DOOMED;
 		return;
 	}
+	TRACE(p, 0, KVT_EV_FREE, s, pg->state == P_LOST ? -1 : pg->top, -1,
+	      (uint32_t)p->page_bytes, 0, 0.f);
 	for (int ti = 0; ti < KVT_NTIERS; ti++)
 		if (pg->frame[ti] != NO_FRAME)
 			unplace(p, s, ti, 0, 0);
@@ -271,6 +322,7 @@ static void page_unref(struct kvt_pager *p, uint32_t s)
 static void page_lose(struct kvt_pager *p, uint32_t s)
 {
 	struct page *pg = &p->pages[s];
+	TRACE(p, 0, KVT_EV_LOST, s, pg->top, -1, (uint32_t)p->page_bytes, 0, 0.f);
 	for (int ti = 0; ti < KVT_NTIERS; ti++)
 		if (pg->frame[ti] != NO_FRAME)
 			unplace(p, s, ti, 0, 0);
@@ -766,6 +818,9 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 				nvme->st.bytes_out += p->page_bytes;
 				host->st.bytes_in += p->page_bytes;
 				host->st.promotions++;
+				TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_NVME, KVT_TIER_HOST,
+				      (uint32_t)p->page_bytes,
+				      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
 			} else {
 				frame_free(host, x->hf);
 				/* A read that failed, or data that does not match
@@ -782,6 +837,9 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 				host->st.bytes_out += p->page_bytes;
 				fast->st.bytes_in += p->page_bytes;
 				fast->st.promotions++;
+				TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_HOST, KVT_TIER_FAST,
+				      (uint32_t)p->page_bytes,
+				      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
 			} else {
 				frame_free(fast, x->to);
 				if (pg->state == P_READY && !x->rres)
@@ -967,9 +1025,10 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
 	t->nframes = (uint32_t)(bytes / t->stride);
 	t->nfree = t->nframes;
 	t->base = base;
-	t->pol = kvt_policy_find(spec);
+	char why[256];
+	t->pol = kvt_policy_load(spec, why, sizeof(why));
 	if (!t->pol) {
-		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: no such policy", kvt_tier_name(ti), spec);
+		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, why);
 		return -EINVAL;
 	}
 	if (t->pol->flags & KVT_POLICY_OFFLINE) {
@@ -1011,6 +1070,12 @@ static void pager_free(struct kvt_pager *p)
 		pthread_mutex_unlock(&p->lock);
 		pthread_join(p->thread, NULL);
 	}
+	if (p->rec) {
+		/* Nobody appends any more: no lock needed. The error is lost;
+		 * kvt_pager_trace_stop reports it. */
+		(void)kvt_recorder_finish(p->rec);
+		p->rec = NULL;
+	}
 	for (uint32_t i = 0; i < p->nseqs; i++) {
 		struct seq *s = p->seqs[i];
 		if (s->lt)
@@ -1043,6 +1108,7 @@ static void pager_free(struct kvt_pager *p)
 	free(p->scratch);
 	free(p->ios);
 	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->trace_mu);
 	pthread_cond_destroy(&p->work);
 	pthread_cond_destroy(&p->done);
 	free(p);
@@ -1062,6 +1128,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (!p)
 		return -ENOMEM;
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->trace_mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
 	p->cfg = *cfg;
@@ -1199,6 +1266,8 @@ KVT_API uint64_t kvt_pager_step(struct kvt_pager *p)
 {
 	pthread_mutex_lock(&p->lock);
 	uint64_t s = ++p->step;
+	if (p->rec)
+		trace_step(p);
 	pthread_mutex_unlock(&p->lock);
 	return s;
 }
@@ -1235,12 +1304,15 @@ KVT_API int kvt_seq_score(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 	struct seq *s = seq_get(p, h, &r);
 	if (s && (layer >= p->cfg.n_layers || n > s->lt[layer].n))
 		r = -EINVAL;
+	uint64_t tnow = p->rec ? now_ns() : 0;
 	for (unsigned i = 0; s && !r && i < n; i++) {
 		uint32_t slot = s->lt[layer].pg[i];
 		struct page *pg = &p->pages[slot];
 		struct kvt_ref ref = ref_of(p, slot);
 
 		ref.score = mass[i];
+		TRACE(p, tnow, KVT_EV_SCORE, slot, pg->state == P_LOST ? -1 : pg->top, -1,
+		      (uint32_t)p->page_bytes, 0, mass[i]);
 		for (int ti = 0; ti < KVT_NTIERS; ti++) {
 			struct tier *t = &p->t[ti];
 			if (pg->frame[ti] != NO_FRAME && t->pol->on_score)
@@ -1371,6 +1443,12 @@ static int new_tail(struct kvt_pager *p, uint32_t seq, uint32_t layer,
 		frame_free(&p->t[KVT_TIER_FAST], f);
 		return -ENOSPC;
 	}
+	struct page *pg = &p->pages[s];
+	pg->seq = seq;
+	pg->layer = layer;
+	pg->index = lt->n;
+	/* Before lt_push: if it fails, the FREE below pairs with this NEW. */
+	TRACE(p, 0, KVT_EV_NEW, s, -1, KVT_TIER_FAST, (uint32_t)p->page_bytes, 0, 0.f);
 	r = lt_push(lt, s);
 	if (r) {
 		frame_free(&p->t[KVT_TIER_FAST], f);
@@ -1378,13 +1456,9 @@ static int new_tail(struct kvt_pager *p, uint32_t seq, uint32_t layer,
 		page_unref(p, s);
 		return r;
 	}
-	struct page *pg = &p->pages[s];
 	pg->refs = 1;
 	pg->pins = 1;
 	pg->flags = PF_TAILPIN;
-	pg->seq = seq;
-	pg->layer = layer;
-	pg->index = lt->n - 1;
 	place(p, s, KVT_TIER_FAST, f);
 	set_top(pg);
 	return 0;
@@ -1425,8 +1499,10 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 		uint32_t slot = lt->pg[lt->n - 1];
 		/* The tail changes: copies below it are stale now. */
 		for (int ti = KVT_TIER_HOST; ti < KVT_NTIERS; ti++)
-			if (pg->frame[ti] != NO_FRAME)
+			if (pg->frame[ti] != NO_FRAME) {
 				unplace(p, slot, ti, 0, 0);
+				TRACE(p, 0, KVT_EV_DROP, slot, ti, pg->top, 0, 0, 0.f);
+			}
 		unsigned n = p->cfg.page_tokens - pg->ntok;
 		if (n > ntok)
 			n = ntok;
@@ -1582,21 +1658,30 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 	b->pend = b->ready + n;
 
 	int queued = 0;
+	uint64_t tnow = p->rec ? now_ns() : 0;
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t idx = pages ? pages[i] : i, slot = lt->pg[idx];
 		struct page *pg = &p->pages[slot];
 		struct entry *e = &b->e[i];
 		*e = (struct entry){ .slot = slot, .gen = pg->gen, .index = idx };
 		count_lookup(p, pg);
+		/* ACCESS: from = where count_lookup found it (a hit there),
+		 * to = where the batch reads it. */
+		int found = pg->state == P_LOST ? -1 : pg->top;
 		if (try_pin(p, e, target)) {
+			TRACE(p, tnow, KVT_EV_ACCESS, slot, found, e->tier, (uint32_t)p->page_bytes,
+			      0, 0.f);
 			b->ready[b->nready++] = i;
 			continue;
 		}
 		if (pg->state == P_LOST) {
+			TRACE(p, tnow, KVT_EV_ACCESS, slot, -1, -1, (uint32_t)p->page_bytes, 0, 0.f);
 			e->err = -EIO;
 			b->ready[b->nready++] = i;
 			continue;
 		}
+		TRACE(p, tnow, KVT_EV_ACCESS, slot, found, target, (uint32_t)p->page_bytes,
+		      KVT_TF_WAIT, 0.f);
 		if ((pg->flags & (PF_PFMOVE | PF_QPREF))) {
 			p->st.prefetch_late++;
 			pg->flags &= ~PF_PFMOVE;
@@ -2072,7 +2157,8 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 		       char *err, size_t errlen)
 {
 	struct tier *t = &p->t[ti];
-	const struct kvt_policy_ops *pol = kvt_policy_find(spec), *old_pol;
+	char why[256];
+	const struct kvt_policy_ops *pol = kvt_policy_load(spec, why, sizeof(why)), *old_pol;
 	struct by_step *order;
 	uint8_t *meta, *old_meta;
 	void *pst = NULL, *old_pst;
@@ -2080,7 +2166,7 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 	int r;
 
 	if (!pol)
-		return set_fail(err, errlen, -EINVAL, "%s = %s: no such policy", key, spec);
+		return set_fail(err, errlen, -EINVAL, "%s = %s: %s", key, spec, why);
 	if (pol->flags & KVT_POLICY_OFFLINE)
 		return set_fail(err, errlen, -EINVAL, "%s = %s: needs future references; "
 				"it runs only in kvt-sim", key, spec);
@@ -2202,6 +2288,13 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->seqs = p->open_seqs;
 	st->pages = p->live_pages;
 	st->nvme_paused = now_ns() < p->nvme_paused_until;
+	st->trace_on = p->rec != NULL;
+	if (p->rec)
+		kvt_recorder_counts(p->rec, &st->trace_records, &st->trace_dropped);
+	else {
+		st->trace_records = p->trace_records;
+		st->trace_dropped = p->trace_dropped;
+	}
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		st->tier[ti] = p->t[ti].st;
 		st->tier[ti].used = p->t[ti].nframes - p->t[ti].nfree;
@@ -2230,6 +2323,110 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		snprintf(st->nvme_notes, sizeof(st->nvme_notes), "%s", ni.notes);
 	}
 	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Trace start and stop
+ */
+
+/* The configuration in force as INI text (malloc'd), or NULL. */
+static char *config_text(const struct kvt_config *cfg, size_t *len)
+{
+	for (size_t cap = 16384; cap <= (1u << 24); cap *= 2) {
+		char *buf = malloc(cap);
+		if (!buf)
+			return NULL;
+		int n = kvt_config_print(cfg, buf, cap);
+		if (n >= 0 && (size_t)n < cap) {
+			*len = (size_t)n;
+			return buf;
+		}
+		free(buf);
+		if (n != -ENOSPC)
+			return NULL;
+	}
+	return NULL;
+}
+
+KVT_API int kvt_pager_trace_start(struct kvt_pager *p, const char *path)
+{
+	struct kvt_trace_hdr hdr = { 0 };
+	struct kvt_recorder *rec;
+	struct kvt_config *cfg;
+	struct timespec ts;
+	char *text;
+	size_t len = 0;
+	int r;
+
+	if (!p || !path || !*path)
+		return -EINVAL;
+	cfg = malloc(sizeof(*cfg));
+	if (!cfg)
+		return -ENOMEM;
+	/* trace_mu: one start or stop at a time; p->rec changes only under
+	 * both locks, so reading it under either is enough. */
+	pthread_mutex_lock(&p->trace_mu);
+	if (p->rec) {
+		r = -EBUSY;
+		goto out;
+	}
+	pthread_mutex_lock(&p->lock);
+	*cfg = p->cfg;
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		hdr.frames[ti] = p->t[ti].nframes;
+		snprintf(hdr.policy[ti], sizeof(hdr.policy[ti]), "%s", p->cfg.tier[ti].policy);
+	}
+	pthread_mutex_unlock(&p->lock);
+	hdr.page_tokens = cfg->page_tokens;
+	hdr.n_layers = cfg->n_layers;
+	hdr.n_kv_heads = cfg->n_kv_heads;
+	hdr.head_dim = cfg->head_dim;
+	hdr.kv_bytes = cfg->dtype_bytes;
+	hdr.page_bytes = (uint32_t)p->page_bytes;
+	hdr.source = KVT_SRC_PAGER;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	hdr.start_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	text = config_text(cfg, &len);
+	if (!text) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* The file is created and its header written without the pager lock. */
+	r = kvt_recorder_start(path, &hdr, text, len, 0, &rec);
+	free(text);
+	if (r)
+		goto out;
+	pthread_mutex_lock(&p->lock);
+	p->rec = rec;
+	p->rec_t0 = now_ns();
+	p->trace_records = p->trace_dropped = 0;
+	trace_step(p);		/* the step the trace starts at */
+	pthread_mutex_unlock(&p->lock);
+out:
+	pthread_mutex_unlock(&p->trace_mu);
+	free(cfg);
+	return r;
+}
+
+KVT_API int kvt_pager_trace_stop(struct kvt_pager *p)
+{
+	struct kvt_recorder *rec;
+	int r;
+
+	if (!p)
+		return -EINVAL;
+	pthread_mutex_lock(&p->trace_mu);
+	pthread_mutex_lock(&p->lock);
+	rec = p->rec;
+	if (rec) {
+		kvt_recorder_counts(rec, &p->trace_records, &p->trace_dropped);
+		p->rec = NULL;
+	}
+	pthread_mutex_unlock(&p->lock);
+	/* Nobody appends to rec any more: flush and close without the lock. */
+	r = rec ? kvt_recorder_finish(rec) : -ENOENT;
+	pthread_mutex_unlock(&p->trace_mu);
+	return r;
 }
 
 #define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return -EUCLEAN; } while (0)

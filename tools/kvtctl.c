@@ -3,12 +3,14 @@
  * kvtctl: talk to a pager's control socket (kvt_control_start).
  *
  *   kvtctl [-s PATH] stats | stats json | metrics | get KEY | set KEY=VALUE
- *                    | drain fast|host | help | top [-n N]
+ *                    | drain fast|host | trace start FILE | trace stop | help
+ *                    | top [-n N]
  *
  * Prints the reply without its closing "."; an "error" reply goes to
  * stderr and exits 1. top redraws per-tier use and bytes in/out per second
  * (from successive "stats json") once a second until interrupted, or N
- * times with -n.
+ * times with -n. trace start takes FILE relative to our directory and
+ * sends it absolute (the pager opens it, from its own directory).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,7 +27,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvtctl [-s PATH] stats|stats json|metrics|get KEY|set KEY=VALUE|"
-		   "drain fast|host|help|top [-n N]\n"
+		   "drain fast|host|\n"
+		   "              trace start FILE|trace stop|help|top [-n N]\n"
 		   "  -s PATH  control socket (default $XDG_RUNTIME_DIR/kvtier.sock, else\n"
 		   "           /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock)\n");
 }
@@ -243,6 +246,28 @@ int main(int argc, char **argv)
 		rc = top(fd, n);
 		close(fd);
 		return rc;
+	}
+
+	/* trace start FILE: the pager's process opens FILE, so it goes absolute. */
+	char abs[4096];
+	if (!strcmp(argv[a], "trace") && a + 2 < argc && !strcmp(argv[a + 1], "start") &&
+	    argv[a + 2][0] != '/') {
+		char cwd[2048];
+
+		if (a + 3 != argc) {
+			usage(stderr);
+			return 2;
+		}
+		if (!getcwd(cwd, sizeof(cwd))) {
+			fprintf(stderr, "kvtctl: trace start %s: cannot tell the current directory: %s\n",
+				argv[a + 2], strerror(errno));
+			return 1;
+		}
+		if ((size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, argv[a + 2]) >= sizeof(abs)) {
+			fprintf(stderr, "kvtctl: trace start %s: path too long\n", argv[a + 2]);
+			return 2;
+		}
+		argv[a + 2] = abs;
 	}
 
 	/* The words of the command, joined by spaces, are one request line. */

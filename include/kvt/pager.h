@@ -158,6 +158,10 @@ struct kvt_stats {
 	char	 host_notes[256];	/* what the host tier could not get, and why */
 	char	 nvme_notes[256];	/* fallbacks taken by the NVMe tier, and why */
 	struct kvt_tier_stats tier[KVT_NTIERS];
+	int	 trace_on;		/* a trace is being recorded */
+	uint64_t trace_records;		/* records of the trace being recorded, or of
+					 * the last one stopped */
+	uint64_t trace_dropped;		/* of those, dropped: the writer fell behind */
 };
 
 int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st);
@@ -170,10 +174,28 @@ int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len);
 
 const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
 
+/* Traces (docs/trace-format.md): record what the pager does, one 48-byte
+ * record per event (page lookups, creations, frees, moves, steps, scores,
+ * losses), into path (created or truncated). The header carries the
+ * geometry, the frames per tier, the policies and the configuration text.
+ * Records are appended to memory under the pager's lock and written by a
+ * thread of their own; if the disk falls behind by more than 48 MiB,
+ * records are dropped, counted (kvt_stats.trace_dropped, the header's
+ * `dropped`) and marked by a GAP record. A trace started on a pager that
+ * already holds pages sees them first when they are used. Returns 0,
+ * -EBUSY when a trace is already being recorded, -EINVAL, or -errno from
+ * creating the file. */
+int  kvt_pager_trace_start(struct kvt_pager *p, const char *path);
+/* Flush and close the trace: returns 0, -ENOENT when none is being
+ * recorded, or the first write error. kvt_pager_close stops a trace too
+ * (call this first to see the error). */
+int  kvt_pager_trace_stop(struct kvt_pager *p);
+
 /* Control socket: a thread serving a Unix stream socket with a line
  * protocol (stats, stats json, metrics, get KEY, set KEY=VALUE, drain
- * fast|host, help; every reply ends with a line "." alone, errors are one
- * line "error ..."). path NULL or "": $XDG_RUNTIME_DIR/kvtier.sock, else
+ * fast|host, trace start /ABS/FILE, trace stop, help; every reply ends
+ * with a line "." alone, errors are one line "error ..."). path NULL or
+ * "": $XDG_RUNTIME_DIR/kvtier.sock, else
  * /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock. The socket is made
  * mode 0600 and peers must have our uid or be root. -EEXIST if the path
  * holds anything but a socket nobody listens on (such a stale socket is
