@@ -400,12 +400,20 @@ static const char *path_problem(const char *s, size_t size)
 
 static int policy_ok(const char *s, size_t size)
 {
-	size_t i, n = strnlen(s, size);
+	size_t i, n = strnlen(s, size), name;
+	const char *colon;
+	int path;
 
 	if (n == 0 || n == size)
 		return 0;
+	colon = memchr(s, ':', n);
+	name = colon ? (size_t)(colon - s) : n;
+	/* A name with a '/' is a plug-in's path (pager/policy.h): it may also
+	 * hold capitals, '/', '+' and '~'; the params after it may not. */
+	path = memchr(s, '/', name) != NULL;
 	for (i = 0; i < n; i++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789_:=,.-", s[i]))
+		if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789_:=,.-", s[i]) &&
+		    !(path && i < name && strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZ/+~", s[i])))
 			return 0;
 	return 1;
 }

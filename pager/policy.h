@@ -60,10 +60,36 @@ struct kvt_policy_ops {
 			  int (*pinned)(void *arg, uint64_t key), void *arg);
 };
 
-/* Look a policy up by the name in spec ("lru" or "lru:key=value"). */
+/*
+ * Look a policy up by the name in spec ("lru" or "lru:key=value"). A name
+ * that contains a '/' is the path of a plug-in, a shared object that
+ * exports `const struct kvt_policy_ops kvt_policy` (KVT_POLICY_SYMBOL):
+ * "./build/plugins/example.so" or "/opt/p/mine.so:k=1" (the path ends at
+ * the first ':', so it cannot hold one). The first look-up of a path
+ * dlopen()s it and checks the table; the object then stays loaded for the
+ * life of the process (never dlclose()d: states and metadata made by its
+ * code may outlive any one user), and later look-ups of the same file
+ * return the same table. NULL for an unknown name, an empty name, a NULL
+ * spec, or a plug-in refused (see kvt_policy_load for why).
+ */
 const struct kvt_policy_ops *kvt_policy_find(const char *spec);
+/*
+ * kvt_policy_find, with the reason for a NULL in err (errlen bytes, always
+ * terminated; err may be NULL), worded to follow "SPEC: ": no such policy; a path dlopen() cannot
+ * load (dlerror's text); no kvt_policy symbol in it; a table with a NULL
+ * name, init, destroy, on_insert, on_access, on_remove or victims, flags
+ * it does not know, or a name that is empty or holds ':' or '/'; a name
+ * already taken by a built-in policy or by a plug-in loaded from another
+ * file. Thread-safe.
+ */
+const struct kvt_policy_ops *kvt_policy_load(const char *spec, char *err, size_t errlen);
 /* The params part of spec ("" when there is none). */
 const char *kvt_policy_params(const char *spec);
+
+/* What a plug-in exports, and how: a plug-in built with the library's
+ * flags (-fvisibility=hidden) marks the table with KVT_POLICY_EXPORT. */
+#define KVT_POLICY_SYMBOL	"kvt_policy"
+#define KVT_POLICY_EXPORT	__attribute__((visibility("default")))
 /* NULL-terminated list of the built-in policies. */
 extern const struct kvt_policy_ops *const kvt_policies[];
 

@@ -25,7 +25,31 @@ struct sim {
 	unsigned char *used, *pin;	/* (cap) flags per slot */
 	uint64_t step;
 	unsigned hits, misses;
+	size_t low;			/* no free slot below this one */
+	/* key -> slot: open addressing, linear probing, (hmask + 1) entries
+	 * of slot + 1 (0 = empty), at least twice cap */
+	uint32_t *hix;
+	size_t hmask;
+	/* Optional, for sim_ref_r: pages it says are pinned are skipped by
+	 * victims() (default: the per-slot pin flags), and with pager_like a
+	 * miss is an insert followed by an access in the same step, as the
+	 * live pager does (place() then touch()). */
+	int (*pin_fn)(void *arg, uint64_t key);
+	void *pin_arg;
+	int pager_like;
+	/* With positions, sim_insert and sim_access describe key as page
+	 * (key >> 8) % 64 of table (key % 3, (key >> 2) % 4), so policies
+	 * that keep windows of each table see many tables. */
+	int positions;
 };
+
+static inline size_t sim_hash(const struct sim *s, uint64_t key)
+{
+	key ^= key >> 33;
+	key *= 0xff51afd7ed558ccdull;
+	key ^= key >> 33;
+	return (size_t)key & s->hmask;
+}
 
 /* A reference to key at step (and time) t, nothing else known. */
 static inline struct kvt_ref ref_at(uint64_t key, uint64_t t)
@@ -46,7 +70,11 @@ static inline void sim_open(struct sim *s, const struct kvt_policy_ops *ops, siz
 	s->key = calloc(cap, sizeof(*s->key));
 	s->used = calloc(cap, 1);
 	s->pin = calloc(cap, 1);
-	CHECK(s->meta && s->key && s->used && s->pin);
+	for (s->hmask = 1; s->hmask < 2 * cap; s->hmask <<= 1)
+		;
+	s->hix = calloc(s->hmask, sizeof(*s->hix));
+	s->hmask--;
+	CHECK(s->meta && s->key && s->used && s->pin && s->hix);
 	CHECK_EQ(ops->init(&s->st, "", cap), 0);
 }
 
@@ -74,6 +102,7 @@ static inline void sim_close(struct sim *s)
 	free(s->key);
 	free(s->used);
 	free(s->pin);
+	free(s->hix);
 }
 
 static inline void *meta_of(struct sim *s, size_t slot)
@@ -83,10 +112,41 @@ static inline void *meta_of(struct sim *s, size_t slot)
 
 static inline long slot_of(const struct sim *s, uint64_t key)
 {
-	for (size_t i = 0; i < s->cap; i++)
-		if (s->used[i] && s->key[i] == key)
-			return (long)i;
+	for (size_t h = sim_hash(s, key); s->hix[h]; h = (h + 1) & s->hmask)
+		if (s->key[s->hix[h] - 1] == key)
+			return (long)s->hix[h] - 1;
 	return -1;
+}
+
+/* Index slot i under key (not indexed yet). */
+static inline void sim_hadd(struct sim *s, uint64_t key, size_t i)
+{
+	size_t h = sim_hash(s, key);
+
+	while (s->hix[h])
+		h = (h + 1) & s->hmask;
+	s->hix[h] = (uint32_t)i + 1;
+}
+
+/* Drop key from the index (backward-shift deletion). */
+static inline void sim_hdel(struct sim *s, uint64_t key)
+{
+	size_t h = sim_hash(s, key), j;
+
+	while (s->key[s->hix[h] - 1] != key)
+		h = (h + 1) & s->hmask;
+	for (j = h;;) {
+		j = (j + 1) & s->hmask;
+		if (!s->hix[j])
+			break;
+		size_t home = sim_hash(s, s->key[s->hix[j] - 1]);
+		/* move j's entry into the hole at h unless its home lies in (h, j] */
+		if ((j > h && (home <= h || home > j)) || (j < h && home <= h && home > j)) {
+			s->hix[h] = s->hix[j];
+			h = j;
+		}
+	}
+	s->hix[h] = 0;
 }
 
 static inline int sim_pinned(void *arg, uint64_t key)
@@ -98,20 +158,43 @@ static inline int sim_pinned(void *arg, uint64_t key)
 	return s->pin[i];
 }
 
-static inline void sim_insert(struct sim *s, uint64_t key)
+/* Put the page of r->key in a free slot and tell the policy; returns the slot. */
+static inline size_t sim_insert_r(struct sim *s, const struct kvt_ref *r)
 {
-	size_t i = 0;
+	size_t i = s->low;
 
-	CHECK(s->n < s->cap && slot_of(s, key) < 0);
+	CHECK(s->n < s->cap && slot_of(s, r->key) < 0);
 	while (s->used[i])
 		i++;
+	s->low = i + 1;
 	memset(meta_of(s, i), 0, s->ops->meta_size);
 	s->used[i] = 1;
 	s->pin[i] = 0;
-	s->key[i] = key;
+	s->key[i] = r->key;
+	sim_hadd(s, r->key, i);
 	s->n++;
-	struct kvt_ref r = ref_at(key, s->step);
-	s->ops->on_insert(s->st, &r, meta_of(s, i));
+	s->ops->on_insert(s->st, r, meta_of(s, i));
+	return i;
+}
+
+/* The reference sim_insert and sim_access make of key at step t. */
+static inline struct kvt_ref sim_ref_for(const struct sim *s, uint64_t key, uint64_t t)
+{
+	struct kvt_ref r = ref_at(key, t);
+
+	if (s->positions) {
+		r.seq = (uint32_t)(key % 3);
+		r.layer = (uint32_t)(key >> 2) % 4;
+		r.index = (uint32_t)(key >> 8) % 64;
+	}
+	return r;
+}
+
+static inline void sim_insert(struct sim *s, uint64_t key)
+{
+	struct kvt_ref r = sim_ref_for(s, key, s->step);
+
+	sim_insert_r(s, &r);
 }
 
 static inline void sim_remove(struct sim *s, uint64_t key)
@@ -121,7 +204,10 @@ static inline void sim_remove(struct sim *s, uint64_t key)
 	CHECK(i >= 0);
 	s->ops->on_remove(s->st, key, meta_of(s, i));
 	memset(meta_of(s, i), 0xa5, s->ops->meta_size);	/* catch later use */
+	sim_hdel(s, key);
 	s->used[i] = 0;
+	if ((size_t)i < s->low)
+		s->low = (size_t)i;
 	s->n--;
 }
 
@@ -130,8 +216,12 @@ static inline void sim_access(struct sim *s, uint64_t key)
 	long i = slot_of(s, key);
 
 	CHECK(i >= 0);
-	struct kvt_ref r = ref_at(key, ++s->step);
+	struct kvt_ref r = sim_ref_for(s, key, ++s->step);
 	s->ops->on_access(s->st, &r, meta_of(s, i));
+	if (s->positions && s->ops->on_score) {	/* some attention mass */
+		r.score = (float)(key % 7) / 8.0f;
+		s->ops->on_score(s->st, &r, meta_of(s, i));
+	}
 }
 
 /* One reference: a hit is an access; a miss evicts victims(1) when full. */
@@ -149,6 +239,36 @@ static inline void sim_ref(struct sim *s, uint64_t key)
 		sim_remove(s, v);
 	}
 	sim_insert(s, key);
+}
+
+/*
+ * One reference described in full (time, step, seq, layer, index, next
+ * as the caller knows them): a hit is on_access(r); a miss in a full
+ * tier evicts victims(1) (skipping what pin_fn, or the pin flags, hold),
+ * then on_insert(r), and with pager_like on_access(r) as well. Returns 1
+ * for a hit.
+ */
+static inline int sim_ref_r(struct sim *s, const struct kvt_ref *r)
+{
+	long i = slot_of(s, r->key);
+
+	if (i >= 0) {
+		s->hits++;
+		s->ops->on_access(s->st, r, meta_of(s, (size_t)i));
+		return 1;
+	}
+	s->misses++;
+	if (s->n == s->cap) {
+		uint64_t v;
+
+		CHECK_EQ(s->ops->victims(s->st, &v, 1, s->pin_fn ? s->pin_fn : sim_pinned,
+					 s->pin_fn ? s->pin_arg : s), 1);
+		sim_remove(s, v);
+	}
+	i = (long)sim_insert_r(s, r);
+	if (s->pager_like)
+		s->ops->on_access(s->st, r, meta_of(s, (size_t)i));
+	return 0;
 }
 
 static inline unsigned run_trace(const struct kvt_policy_ops *ops, size_t cap,
@@ -387,6 +507,7 @@ struct stress {
 	const char *params;
 	unsigned ref, put, access, remove;	/* op thresholds, as above */
 	int skew, reinsert, same_again, same_one;
+	int positions;				/* as in struct sim */
 	size_t (*order)(struct sim *s, uint64_t *keys);
 };
 
@@ -403,6 +524,7 @@ static inline void stress_run(const struct kvt_policy_ops *ops, const struct str
 		keys[i] = i * 0x9e3779b97f4a7c15ull;	/* 0 included */
 	keys[nkeys - 1] = UINT64_MAX;
 	sim_open_params(&s, ops, cap, c->params);
+	s.positions = c->positions;
 	for (unsigned op = 0; op < c->ops; op++) {
 		uint64_t r = rnd();
 		uint64_t k = c->skew ? keys[(r % nkeys) % (1 + (r >> 40) % nkeys)] : keys[r % nkeys];
@@ -503,6 +625,159 @@ static inline void zipf_trace(uint64_t *tr, size_t n, size_t nkeys, double alpha
 		tr[i] = (uint64_t)lo * mul + add;
 	}
 	free(cdf);
+}
+
+/*
+ * The decode scan of full attention: layers x pages0 pages at the start,
+ * one page appended to every layer every `every` steps (at the start of
+ * the step), and in each step every page of every layer read once, layer
+ * by layer, pages in index order. One sequence (seq 0). Generated one
+ * reference at a time, next-use times included (every page is read again
+ * in the next step), so a long trace costs no memory.
+ */
+struct scan_gen {
+	uint32_t layers, pages0, every;
+	uint64_t steps;
+	uint64_t step, time;		/* position: the next reference */
+	uint64_t rstep;			/* step of the reference last returned */
+	uint64_t start_next;		/* time of the first reference of step + 1 */
+	uint32_t layer, index;
+};
+
+static inline uint32_t scan_pages(const struct scan_gen *g, uint64_t step)
+{
+	return g->pages0 + (uint32_t)(step / g->every);
+}
+
+/* The key of page index of layer: readable, distinct, opaque to policies. */
+static inline uint64_t scan_key(uint32_t layer, uint32_t index)
+{
+	return (uint64_t)layer << 32 | index;
+}
+
+static inline void scan_start(struct scan_gen *g, uint32_t layers, uint32_t pages0,
+			      uint32_t every, uint64_t steps)
+{
+	*g = (struct scan_gen){ .layers = layers, .pages0 = pages0, .every = every,
+				.steps = steps };
+	g->start_next = (uint64_t)layers * scan_pages(g, 0);
+}
+
+/* Total references of the trace. */
+static inline uint64_t scan_total(const struct scan_gen *g)
+{
+	uint64_t n = 0;
+
+	for (uint64_t s = 0; s < g->steps; s++)
+		n += (uint64_t)g->layers * scan_pages(g, s);
+	return n;
+}
+
+/* The next reference into *r; 0 at the end of the trace. */
+static inline int scan_next(struct scan_gen *g, struct kvt_ref *r)
+{
+	uint32_t np = scan_pages(g, g->step);
+
+	if (g->step >= g->steps)
+		return 0;
+	*r = (struct kvt_ref){ .key = scan_key(g->layer, g->index), .time = g->time,
+			       .step = g->step, .seq = 0, .layer = g->layer,
+			       .index = g->index, .next = KVT_NEVER };
+	g->rstep = g->step;
+	if (g->step + 1 < g->steps)
+		r->next = g->start_next + (uint64_t)g->layer * scan_pages(g, g->step + 1) +
+			  g->index;
+	g->time++;
+	if (++g->index == np) {
+		g->index = 0;
+		if (++g->layer == g->layers) {
+			g->layer = 0;
+			g->step++;
+			g->start_next += (uint64_t)g->layers * scan_pages(g, g->step);
+		}
+	}
+	return 1;
+}
+
+/* The tail page of each layer is open for appends: the pager pins it. */
+static inline int scan_tail_pinned(void *arg, uint64_t key)
+{
+	const struct scan_gen *g = arg;
+
+	return (uint32_t)key == scan_pages(g, g->rstep) - 1;
+}
+
+/*
+ * Miss ratio of ops (made from params) on a tier of cap over the decode
+ * scan (layers, pages0, every, steps), one eviction per miss like the
+ * simulator, the tails pinned when pin_tails, pager_like as in struct sim.
+ */
+static inline double scan_miss_ratio(const struct kvt_policy_ops *ops, const char *params,
+				     size_t cap, uint32_t layers, uint32_t pages0,
+				     uint32_t every, uint64_t steps, int pin_tails,
+				     int pager_like)
+{
+	struct scan_gen g;
+	struct kvt_ref r;
+	struct sim s;
+	uint64_t n = 0;
+
+	scan_start(&g, layers, pages0, every, steps);
+	sim_open_params(&s, ops, cap, params);
+	s.pager_like = pager_like;
+	if (pin_tails) {
+		s.pin_fn = scan_tail_pinned;
+		s.pin_arg = &g;
+	}
+	while (scan_next(&g, &r)) {
+		sim_ref_r(&s, &r);
+		n++;
+	}
+	sim_close(&s);
+	return (double)s.misses / (double)n;
+}
+
+/*
+ * Next-use times of a trace of keys below nkeys: next[i] is the position
+ * of the next reference to tr[i], KVT_NEVER if none.
+ */
+static inline void trace_next(const uint64_t *tr, uint64_t *next, size_t n, size_t nkeys)
+{
+	uint64_t *seen = malloc(nkeys * sizeof(*seen));
+
+	CHECK(seen);
+	for (size_t k = 0; k < nkeys; k++)
+		seen[k] = KVT_NEVER;
+	for (size_t i = n; i-- > 0; ) {
+		CHECK(tr[i] < nkeys);
+		next[i] = seen[tr[i]];
+		seen[tr[i]] = i;
+	}
+	free(seen);
+}
+
+/*
+ * Miss ratio of ops (from params) on a tier of cap over keys tr[] with
+ * next-use times next[] (or NULL), per_step references to a decode step
+ * (1: every reference its own step), nothing pinned.
+ */
+static inline double trace_miss_ratio(const struct kvt_policy_ops *ops, const char *params,
+				      size_t cap, const uint64_t *tr, const uint64_t *next,
+				      size_t n, size_t per_step, int pager_like)
+{
+	struct sim s;
+
+	sim_open_params(&s, ops, cap, params);
+	s.pager_like = pager_like;
+	for (size_t i = 0; i < n; i++) {
+		struct kvt_ref r = ref_at(tr[i], i);
+
+		r.step = i / per_step;
+		r.next = next ? next[i] : KVT_NEVER;
+		sim_ref_r(&s, &r);
+	}
+	sim_close(&s);
+	return (double)s.misses / (double)n;
 }
 
 /* The miss ratio of ops on a tier of cap over the trace. */

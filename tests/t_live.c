@@ -179,6 +179,8 @@ static void *changer(void *arg)
 			unsigned k = changes < 3 * (npol + NPARAMS) ? (unsigned)(changes / 3)
 							   : rnd(&rng, npol + NPARAMS);
 			const char *spec = k < npol ? kvt_policies[k]->name : params[k - npol];
+			if (k < npol && (kvt_policies[k]->flags & KVT_POLICY_OFFLINE))
+				spec = "lru";	/* refused live: it needs the future */
 			snprintf(key, sizeof(key), "tier.%s.policy", kvt_tier_name(ti));
 			set_ok(key, spec);
 			snprintf(last_policy[ti], sizeof(last_policy[ti]), "%s", spec);
@@ -296,7 +298,8 @@ int main(void)
 	}
 	/* Every policy, swapped in over resident pages, ranks all of them. */
 	for (unsigned k = 0; kvt_policies[k]; k++)
-		for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		for (int ti = 0; ti < KVT_NTIERS && !(kvt_policies[k]->flags & KVT_POLICY_OFFLINE);
+		     ti++) {
 			char key[64];
 			snprintf(key, sizeof(key), "tier.%s.policy", kvt_tier_name(ti));
 			set_ok(key, kvt_policies[k]->name);

@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * h2o: Heavy-Hitter Oracle (Zhang et al., NeurIPS '23) at page grain. A
+ * few tokens gather most of the attention mass over a generation; H2O
+ * keeps those heavy hitters and the most recent tokens. Here: each page
+ * accumulates the attention mass the runtime reports for it (on_score,
+ * r->score, through kvt_seq_score), optionally decayed per step; the
+ * recent window (the last `recent` pages of each (sequence, layer) table,
+ * see window.h) is kept; outside it the page with the lowest accumulated
+ * mass goes first, ties to the page that entered first. Window pages are
+ * returned only when nothing else is left, lowest mass first.
+ *
+ * Decay: with decay=D (percent, 1..100), mass reported at step s counts
+ * D/100 ^ (now - s). Kept without touching every page: a page holds its
+ * mass divided by (D/100)^(step - base), a common scale, and the scale is
+ * folded back into every page (which keeps the heap order) when it grows
+ * past 2^100.
+ *
+ * A page whose seq, layer or index is unknown (KVT_REF_NONE) is never in
+ * the window. Without scores (a runtime that reports none) every mass is
+ * 0 and the policy evicts pages outside the window in insertion order.
+ *
+ * A binary min-heap on (mass, insertion) in the state, positions in the
+ * metadata: every event O(log n); victims() reads the k best without
+ * changing the heap (a frontier heap, as in belady.c), passing pinned and
+ * window pages, so its cost grows with the pages it passes.
+ *
+ * params: "recent=N" pages (default 4, 0..2^20), "decay=PCT" (default
+ * 100: none). Per page 48 bytes; the state holds 12 bytes per page of
+ * capacity (heap and frontier) and the window map.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "pager/policy.h"
+#include "pager/policy/helpers.h"
+#include "pager/policy/window.h"
+
+#define NO_POS		UINT32_MAX
+#define RESCALE_AT	0x1p100
+
+struct h2o_meta {
+	uint64_t key;
+	double mass;			/* accumulated, divided by the state's scale */
+	uint64_t order;			/* insertion count: the tie break */
+	uint32_t pos;			/* heap index, NO_POS when left out */
+	uint32_t seq, layer, index;
+	uint32_t tracked;		/* counted in the window map */
+};
+
+struct h2o {
+	struct h2o_meta **heap;		/* (cap) min-heap on (mass, order) */
+	uint32_t *front;		/* (cap) victims()' frontier */
+	size_t n, cap;
+	uint64_t order;
+	uint64_t recent;
+	double keep;			/* decay per step, 0..1 (1: none) */
+	double scale;			/* 1 / keep^(step - base) */
+	uint64_t step;			/* the latest step seen */
+	struct kvwin win;
+};
+
+static int h2o_init(void **state, const char *params, size_t capacity)
+{
+	uint64_t recent = 4, decay = 100;
+	const struct seg_param known[] = {
+		{ .key = "recent", .num = &recent, .num_max = 1u << 20 },
+		{ .key = "decay", .num = &decay, .min = 1, .num_max = 100 },
+	};
+	struct h2o *s;
+	int err;
+
+	err = seg_params_parse(params, known, 2);
+	if (err)
+		return err;
+	if (capacity >= NO_POS)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cap = capacity ? capacity : 1;
+	s->heap = malloc(s->cap * sizeof(*s->heap));
+	s->front = malloc(s->cap * sizeof(*s->front));
+	if (!s->heap || !s->front || kvwin_init(&s->win)) {
+		free(s->heap);
+		free(s->front);
+		free(s);
+		return -ENOMEM;
+	}
+	s->recent = recent;
+	s->keep = (double)decay / 100.0;
+	s->scale = 1.0;
+	*state = s;
+	return 0;
+}
+
+static void h2o_destroy(void *state)
+{
+	struct h2o *s = state;
+
+	kvwin_destroy(&s->win);
+	free(s->heap);
+	free(s->front);
+	free(s);
+}
+
+/* a goes before b (evicted first). */
+static int before(const struct h2o_meta *a, const struct h2o_meta *b)
+{
+	return a->mass < b->mass || (a->mass == b->mass && a->order < b->order);
+}
+
+static void put(struct h2o *s, size_t i, struct h2o_meta *m)
+{
+	s->heap[i] = m;
+	m->pos = (uint32_t)i;
+}
+
+static void fix(struct h2o *s, size_t i)
+{
+	struct h2o_meta *m = s->heap[i];
+
+	while (i && before(m, s->heap[(i - 1) / 2])) {
+		put(s, i, s->heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= s->n)
+			break;
+		if (c + 1 < s->n && before(s->heap[c + 1], s->heap[c]))
+			c++;
+		if (!before(s->heap[c], m))
+			break;
+		put(s, i, s->heap[c]);
+		i = c;
+	}
+	put(s, i, m);
+}
+
+static int grow(struct h2o *s)
+{
+	struct h2o_meta **h;
+	uint32_t *f;
+	size_t cap = s->cap * 2;
+
+	if (s->n < s->cap)
+		return 1;
+	if (cap >= NO_POS)
+		return 0;
+	h = realloc(s->heap, cap * sizeof(*h));
+	if (!h)
+		return 0;
+	s->heap = h;
+	f = realloc(s->front, cap * sizeof(*f));
+	if (!f)
+		return 0;
+	s->front = f;
+	s->cap = cap;
+	return 1;
+}
+
+/* Move the common scale on to step; fold it into the pages when large. */
+static void advance(struct h2o *s, uint64_t step)
+{
+	if (step <= s->step || s->keep >= 1.0) {
+		if (step > s->step)
+			s->step = step;
+		return;
+	}
+	s->scale /= pow(s->keep, (double)(step - s->step));
+	s->step = step;
+	if (s->scale > RESCALE_AT || !isfinite(s->scale)) {
+		double f = isfinite(s->scale) ? 1.0 / s->scale : 0.0;
+
+		for (size_t i = 0; i < s->n; i++)
+			s->heap[i]->mass *= f;
+		s->scale = 1.0;
+	}
+}
+
+static void h2o_on_insert(void *state, const struct kvt_ref *r, void *meta)
+{
+	struct h2o *s = state;
+	struct h2o_meta *m = meta;
+
+	advance(s, r->step);
+	m->key = r->key;
+	m->order = s->order++;
+	m->seq = r->seq;
+	m->layer = r->layer;
+	m->index = r->index;
+	m->tracked = (uint32_t)kvwin_add(&s->win, r);
+	m->pos = NO_POS;
+	if (!grow(s))
+		return;
+	put(s, s->n++, m);
+	fix(s, s->n - 1);
+}
+
+static void h2o_on_access(void *state, const struct kvt_ref *r, void *meta)
+{
+	(void)meta;
+	advance(state, r->step);
+}
+
+/* Add the page's attention mass of step r->step (negative or NaN: none). */
+static void h2o_on_score(void *state, const struct kvt_ref *r, void *meta)
+{
+	struct h2o *s = state;
+	struct h2o_meta *m = meta;
+
+	advance(s, r->step);
+	if (!(r->score > 0))
+		return;
+	m->mass += (double)r->score * s->scale;
+	if (m->pos != NO_POS)
+		fix(s, m->pos);
+}
+
+static void h2o_on_remove(void *state, uint64_t key, void *meta)
+{
+	struct h2o *s = state;
+	struct h2o_meta *m = meta;
+	size_t i = m->pos;
+
+	(void)key;
+	if (m->tracked)
+		kvwin_del(&s->win, m->seq, m->layer);
+	if (i == NO_POS)
+		return;
+	if (i != --s->n) {
+		put(s, i, s->heap[s->n]);
+		fix(s, i);
+	}
+}
+
+static int in_window(const struct h2o *s, const struct h2o_meta *m)
+{
+	return m->tracked &&
+	       (uint64_t)m->index + s->recent >= kvwin_top(&s->win, m->seq, m->layer);
+}
+
+static const struct h2o_meta *fat(const struct h2o *s, size_t i)
+{
+	return s->heap[s->front[i]];
+}
+
+static void fpush(struct h2o *s, size_t *nf, uint32_t pos)
+{
+	size_t i = (*nf)++;
+
+	while (i && before(s->heap[pos], fat(s, (i - 1) / 2))) {
+		s->front[i] = s->front[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	s->front[i] = pos;
+}
+
+static uint32_t fpop(struct h2o *s, size_t *nf)
+{
+	uint32_t top = s->front[0], last = s->front[--*nf];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= *nf)
+			break;
+		if (c + 1 < *nf && before(fat(s, c + 1), fat(s, c)))
+			c++;
+		if (!before(fat(s, c), s->heap[last]))
+			break;
+		s->front[i] = s->front[c];
+		i = c;
+	}
+	if (*nf)
+		s->front[i] = last;
+	return top;
+}
+
+/* Pages of the class (window or not) in heap order, lowest mass first. */
+static size_t walk(struct h2o *s, int window, uint64_t *out, size_t n, size_t want,
+		   int (*pinned)(void *arg, uint64_t key), void *arg)
+{
+	size_t nf = 0;
+
+	if (!s->n)
+		return n;
+	fpush(s, &nf, 0);
+	while (nf && n < want) {
+		uint32_t i = fpop(s, &nf);
+		const struct h2o_meta *m = s->heap[i];
+
+		if (in_window(s, m) == window && (!pinned || !pinned(arg, m->key)))
+			out[n++] = m->key;
+		if (2 * (size_t)i + 1 < s->n)
+			fpush(s, &nf, 2 * i + 1);
+		if (2 * (size_t)i + 2 < s->n)
+			fpush(s, &nf, 2 * i + 2);
+	}
+	return n;
+}
+
+/* Up to want unpinned keys: outside the window lowest mass first, then
+ * the window's pages the same way. Only looks. */
+static size_t h2o_victims(void *state, uint64_t *out, size_t want,
+			  int (*pinned)(void *arg, uint64_t key), void *arg)
+{
+	struct h2o *s = state;
+	size_t n = walk(s, 0, out, 0, want, pinned, arg);
+
+	return walk(s, 1, out, n, want, pinned, arg);
+}
+
+const struct kvt_policy_ops kvt_policy_h2o = {
+	.name		= "h2o",
+	.meta_size	= sizeof(struct h2o_meta),
+	.init		= h2o_init,
+	.destroy	= h2o_destroy,
+	.on_insert	= h2o_on_insert,
+	.on_access	= h2o_on_access,
+	.on_score	= h2o_on_score,
+	.on_remove	= h2o_on_remove,
+	.victims	= h2o_victims,
+};
