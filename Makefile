@@ -5,9 +5,10 @@ CC	?= cc
 OPT	?= -O2
 SAN	?=
 PKGS	 = liburing numa inih libxxhash openblas
-# Debian packages behind $(PKGS) and the tools the tests and benchmarks use.
+# Debian packages behind $(PKGS) and the tools the tests and benchmarks use
+# (gnuplot: kvt-sim mrc --plot; optional, so deps-check does not ask for it).
 DEB_PKGS = build-essential pkg-config liburing-dev libnuma-dev libinih-dev \
-	   libxxhash-dev libopenblas-dev fio
+	   libxxhash-dev libopenblas-dev fio gnuplot-nox
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -42,7 +43,22 @@ lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so
 
 tools: $(TOOLS)
 
-tests: $(TESTS)
+# Policy plug-ins for t_plugin: the example of docs/policies.md, and copies
+# the loader must refuse (no symbol, a NULL method, a built-in's name, the
+# example's name from another file).
+PLUGINS = $(addprefix $(BUILD)/plugins/,example.so nosym.so novictims.so builtin.so twin.so)
+PLUGIN_DEFS_nosym     = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy_elsewhere \
+			-DEXAMPLE_VICTIMS=ll_victims
+PLUGIN_DEFS_novictims = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy \
+			-DEXAMPLE_VICTIMS=NULL -Wno-unused-function
+PLUGIN_DEFS_builtin   = -DEXAMPLE_NAME='"lru"' -DEXAMPLE_SYMBOL=kvt_policy \
+			-DEXAMPLE_VICTIMS=ll_victims
+$(BUILD)/plugins/%.so: docs/examples/policy_example.c pager/policy.h pager/policy/helpers.h \
+		       pager/policy/list.h Makefile | $(GEN)/policies.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PLUGIN_DEFS_$*) -shared $(LDFLAGS) -o $@ $<
+
+tests: $(TESTS) $(PLUGINS)
 
 $(BUILD)/%.o: %.c | $(GEN)/policies.h
 	@mkdir -p $(dir $@)

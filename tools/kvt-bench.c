@@ -583,6 +583,7 @@ int main(int argc, char **argv)
 		return bench_serve(argc, argv);
 	if (!strcmp(cmd, "prefill"))
 		return bench_prefill(argc, argv);
+	if (!strcmp(cmd, "sim")) { extern int bench_sim(int, char **); return bench_sim(argc, argv); }
 	if (!strcmp(cmd, "all")) {
 		char *io[] = { "io", "--bs", "256K,1M", "--depth", "1,8,32", "--seconds", "2", NULL };
 		char *cp[] = { "copy", NULL };

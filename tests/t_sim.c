@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The replay engine (pager/sim.c): hand-worked multi-tier traces (hits,
+ * misses, demotions, bytes across each boundary, stall), tail pins and
+ * SCORE mass, the fast single-tier path against the general one, the
+ * miss-ratio curves byte-identical whatever the thread count, the
+ * classic policies on a decode scan, Belady (a tiny local one) through
+ * kvt_ref.next, and bad input refused.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "pager/policy.h"
+#include "pager/sim.h"
+
+static struct kvt_sim_config one_tier(const char *pol, uint64_t frames)
+{
+	struct kvt_sim_config c = { .ntiers = 1, .backed = -1 };
+
+	snprintf(c.tier[0].policy, sizeof(c.tier[0].policy), "%s", pol);
+	c.tier[0].frames = frames;
+	return c;
+}
+
+static struct kvt_sim_config tiers2(const char *p0, uint64_t f0, const char *p1, uint64_t f1)
+{
+	struct kvt_sim_config c = one_tier(p0, f0);
+
+	c.ntiers = 2;
+	snprintf(c.tier[1].policy, sizeof(c.tier[1].policy), "%s", p1);
+	c.tier[1].frames = f1;
+	return c;
+}
+
+static void run_ok(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
+		   struct kvt_sim_result *r)
+{
+	char err[256] = "";
+	int rc = kvt_sim_run(c, t, r, err, sizeof(err));
+
+	if (rc)
+		fprintf(stderr, "kvt_sim_run: %d %s\n", rc, err);
+	CHECK_EQ(rc, 0);
+}
+
+/*
+ * Two LRU tiers of 2 and 3 frames over a backing store, references
+ * 1 2 3 1 4 2 5 1. Worked by hand (t0 and t1 listed LRU first):
+ *   1, 2   from the store into t0                    t0 [1 2]
+ *   3      t0 evicts 1, only copy: written to t1     t0 [2 3]   t1 [1]
+ *   1      hit in t1; t0 evicts 2 (to t1); 1 up,     t0 [3 1]   t1 [1 2]
+ *          its t1 copy stays
+ *   4      t0 evicts 3 (to t1)                       t0 [1 4]   t1 [1 2 3]
+ *   2      hit in t1; t0 evicts 1: a copy is below,  t0 [4 2]   t1 [1 2 3]
+ *          so a drop
+ *   5      t0 evicts 4: t1 must make room: its LRU   t0 [2 5]   t1 [2 3 4]
+ *          1 is an only copy, dropped to the store
+ *   1      from the store; t0 drops 2 (copy in t1)   t0 [5 1]   t1 [2 3 4]
+ */
+static void hand_two_tiers(void)
+{
+	const uint64_t keys[] = { 1, 2, 3, 1, 4, 2, 5, 1 };
+	struct kvt_sim_trace t;
+	struct kvt_sim_result r;
+
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, 8), 0);
+	CHECK_EQ(t.npages, 5);
+	for (int classic = 0; classic <= 1; classic++) {
+		struct kvt_sim_config c = tiers2("lru", 2, "lru", 3);
+		c.classic = classic;
+		c.page_bytes = 4096;
+		c.tier[1].up_lat = 1e-3;	/* a read up out of t1: 1 ms */
+		c.tier[1].down_bw = 4096e3;	/* a write into t1: 1 ms */
+		c.origin_lat = 10e-3;
+		run_ok(&c, &t, &r);
+		CHECK_EQ(r.refs, 8);
+		CHECK_EQ(r.tier[0].hits, 0);
+		CHECK_EQ(r.tier[0].misses, 8);
+		CHECK_EQ(r.tier[1].hits, 2);
+		CHECK_EQ(r.tier[1].misses, 6);
+		CHECK_EQ(r.origin_reads, 6);
+		CHECK_EQ(r.tier[0].promotions, 2);
+		CHECK_EQ(r.tier[0].demotions, 6);
+		CHECK_EQ(r.tier[0].drops, 2);
+		CHECK_EQ(r.tier[1].demotions, 1);
+		CHECK_EQ(r.tier[1].drops, 1);
+		CHECK_EQ(r.tier[0].down_bytes, 4 * 4096);	/* 1 2 3 4 written down */
+		CHECK_EQ(r.tier[0].up_bytes, 2 * 4096);		/* 1 and 2 read up */
+		CHECK_EQ(r.tier[0].bytes_in, 8 * 4096);
+		CHECK_EQ(r.tier[0].bytes_out, 4 * 4096);
+		CHECK_EQ(r.tier[1].bytes_in, 4 * 4096);
+		CHECK_EQ(r.tier[1].bytes_out, 2 * 4096);
+		CHECK_EQ(r.tier[0].used, 2);
+		CHECK_EQ(r.tier[1].used, 3);
+		/* 6 store reads of 10 ms, 2 reads up of 1 ms, 4 writes of 1 ms */
+		CHECK(fabs(r.stall_s - 0.066) < 1e-9);
+		CHECK(fabs(r.tier[1].move_s - 0.004) < 1e-9);
+	}
+	kvt_sim_trace_free(&t);
+}
+
+/*
+ * Three tiers of 1, 1 and 4 frames: references 1 2 3 push 1 to the last
+ * tier; 1 again is a hit there, staged through tier 1 (where it keeps a
+ * copy) and up to tier 0: two promotions, bytes across both boundaries.
+ */
+static void hand_three_tiers(void)
+{
+	const uint64_t keys[] = { 1, 2, 3, 1 };
+	struct kvt_sim_trace t;
+	struct kvt_sim_result r;
+	struct kvt_sim_config c = tiers2("lru", 1, "lru", 1);
+
+	c.ntiers = 3;
+	snprintf(c.tier[2].policy, sizeof(c.tier[2].policy), "fifo");
+	c.tier[2].frames = 4;
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, 4), 0);
+	run_ok(&c, &t, &r);
+	CHECK_EQ(r.tier[2].hits, 1);
+	CHECK_EQ(r.tier[0].misses, 4);
+	CHECK_EQ(r.tier[1].misses, 4);
+	CHECK_EQ(r.tier[1].promotions, 1);
+	CHECK_EQ(r.tier[0].promotions, 1);
+	CHECK_EQ(r.tier[1].up_bytes, 1);
+	CHECK_EQ(r.tier[0].up_bytes, 1);
+	/* 1 down twice, 2 down twice (the second time when 1 is staged) */
+	CHECK_EQ(r.tier[0].down_bytes, 3);
+	CHECK(r.tier[1].down_bytes >= 2);
+	CHECK_EQ(r.origin_reads, 3);
+	kvt_sim_trace_free(&t);
+}
+
+/* A pager-like trace: NEW pins a tail until it is sealed; FREE removes
+ * every copy; SCORE mass is split by where the pages are; without a
+ * backing store the last tier keeps only copies. */
+static void pins_and_scores(void)
+{
+	struct kvt_trace_rec rec[32];
+	size_t n = 0;
+	struct kvt_sim_trace t;
+	struct kvt_sim_result r;
+	char err[256];
+
+#define REC(ev, k, st, fl) rec[n++] = (struct kvt_trace_rec){ .event = (ev), .key = (k), \
+	.step = (st), .seq = 0, .layer = 0, .index = (uint32_t)(k), .flags = (fl), \
+	.from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE }
+	REC(KVT_EV_NEW, 0, 0, 0);		/* tail: pinned */
+	REC(KVT_EV_NEW, 1, 0, 0);		/* another layer's tail below */
+	rec[n - 1].layer = 1;
+	REC(KVT_EV_ACCESS, 0, 1, 0);
+	REC(KVT_EV_ACCESS, 1, 1, 0);
+	REC(KVT_EV_NEW, 2, 1, 0);		/* tier 0 (2 frames) full: 0 and 1 pinned */
+	rec[n - 1].layer = 3;
+	REC(KVT_EV_ACCESS, 0, 2, KVT_TF_SEALED);	/* 0 sealed: now evictable */
+	REC(KVT_EV_NEW, 3, 2, 0);		/* evicts 0 to tier 1 */
+	rec[n - 1].layer = 2;
+	REC(KVT_EV_SCORE, 0, 2, 0);
+	rec[n - 1].score = 0.25f;
+	REC(KVT_EV_SCORE, 1, 2, 0);
+	rec[n - 1].score = 0.75f;
+	REC(KVT_EV_FREE, 1, 3, 0);
+	REC(KVT_EV_ACCESS, 1, 3, 0);		/* freed: a miss everywhere */
+#undef REC
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, n, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(t.nnew, 4);
+	struct kvt_sim_config c = tiers2("lru", 2, "lru", 4);
+	c.backed = 0;
+	run_ok(&c, &t, &r);
+	CHECK_EQ(r.refused, 1);			/* NEW 2: both frames pinned */
+	CHECK_EQ(r.tier[0].demotions, 1);	/* 0 went down for 3 */
+	CHECK_EQ(r.tier[0].hits, 3);
+	CHECK(fabs(r.mass_total - 1.0) < 1e-6);
+	CHECK(fabs(r.tier[0].mass - 0.75) < 1e-6);	/* 1 was up, 0 down */
+	CHECK(fabs(r.tier[1].mass - 0.25) < 1e-6);
+	CHECK_EQ(r.origin_reads, 1);
+	kvt_sim_trace_free(&t);
+
+	/* No store: a full last tier of only copies refuses a promotion. */
+	const uint64_t keys[] = { 1, 2, 3, 4, 5 };
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, 5), 0);
+	c = tiers2("lru", 1, "lru", 2);
+	c.backed = 0;
+	run_ok(&c, &t, &r);
+	CHECK_EQ(r.tier[1].used, 2);
+	CHECK(r.refused >= 1);
+	kvt_sim_trace_free(&t);
+}
+
+/* The fast single-tier path and the general one agree on everything. */
+static void fast_equals_general(void)
+{
+	static const char *const pols[] = { "lru", "clock", "sieve", "s3fifo", "arc", "2q",
+					    "lfu", "fifo", "slru", "mru" };
+	size_t n = t_scale(200000);
+	uint64_t *keys = malloc(n * sizeof(*keys));
+	struct kvt_sim_trace t, g;
+
+	CHECK(keys);
+	CHECK_EQ(kvt_sim_gen_zipf(n, 5000, 0.9, 42, keys), 0);
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, n), 0);
+	CHECK_EQ(kvt_sim_trace_keys(&g, keys, n), 0);
+	g.ev = malloc(n);			/* an event array: the general path */
+	CHECK(g.ev);
+	memset(g.ev, KVT_EV_ACCESS, n);
+	for (size_t p = 0; p < sizeof(pols) / sizeof(pols[0]); p++) {
+		if (!kvt_policy_find(pols[p]))
+			continue;
+		for (int classic = 0; classic <= 1; classic++) {
+			struct kvt_sim_config c = one_tier(pols[p], 700);
+			struct kvt_sim_result a, b;
+			c.classic = classic;
+			c.page_bytes = 8192;
+			c.origin_lat = 1e-4;
+			run_ok(&c, &t, &a);
+			run_ok(&c, &g, &b);
+			if (memcmp(&a, &b, sizeof(a))) {
+				fprintf(stderr, "%s classic %d: fast %llu hits, general %llu\n",
+					pols[p], classic, (unsigned long long)a.tier[0].hits,
+					(unsigned long long)b.tier[0].hits);
+				CHECK(0);
+			}
+			CHECK(a.tier[0].hits > 0 && a.tier[0].hits < n);
+		}
+	}
+	kvt_sim_trace_free(&t);
+	kvt_sim_trace_free(&g);
+	free(keys);
+}
+
+static char *mrc_csv(const struct kvt_sim_trace *t, unsigned threads, char **json)
+{
+	const char *pols[] = { "lru", "clock", "s3fifo", "sieve", "arc" };
+	const uint64_t frames[] = { 50, 100, 200, 400, 800 };
+	struct kvt_sim_point pt[25];
+	char err[256], *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	CHECK_EQ(kvt_sim_mrc(t, pols, 5, frames, 5, threads, 0, pt, NULL, NULL, err,
+			     sizeof(err)), 0);
+	f = open_memstream(&buf, &len);
+	CHECK(f);
+	kvt_sim_mrc_csv(f, pt, 25, t->npages);
+	fclose(f);
+	f = open_memstream(json, &len);
+	CHECK(f);
+	kvt_sim_mrc_json(f, pt, 25, t->npages, "zipf");
+	fclose(f);
+	for (int i = 1; i < 25; i++)	/* policy-major, sizes in the order given */
+		CHECK(!strcmp(pt[i].policy, pt[i - 1].policy) ? pt[i].frames > pt[i - 1].frames
+							       : pt[i].frames == 50);
+	return buf;
+}
+
+static void mrc_threads(void)
+{
+	size_t n = t_scale(100000);
+	uint64_t *keys = malloc(n * sizeof(*keys));
+	struct kvt_sim_trace t;
+	char *j1, *j2, *j4;
+
+	CHECK(keys);
+	CHECK_EQ(kvt_sim_gen_zipf(n, 3000, 1.0, 7, keys), 0);
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, n), 0);
+	char *a = mrc_csv(&t, 1, &j1), *b = mrc_csv(&t, 2, &j2), *c = mrc_csv(&t, 4, &j4);
+	CHECK(!strcmp(a, b));
+	CHECK(!strcmp(a, c));
+	CHECK(!strcmp(j1, j2));
+	CHECK(!strcmp(j1, j4));
+	CHECK(!strncmp(a, "policy,frames,size_pct,refs,hits,misses,miss_ratio\nlru,50,", 58));
+	free(a);
+	free(b);
+	free(c);
+	free(j1);
+	free(j2);
+	free(j4);
+	kvt_sim_trace_free(&t);
+	free(keys);
+}
+
+/* A tiny Belady for this test: evict the page used again furthest ahead
+ * (kvt_ref.next). Linear in the capacity for everything: small tiers only. */
+struct bel {
+	uint64_t *key, *next;
+	size_t cap, n;
+};
+
+static int bel_init(void **st, const char *params, size_t cap)
+{
+	struct bel *b = calloc(1, sizeof(*b));
+	(void)params;
+	if (!b)
+		return -ENOMEM;
+	b->key = calloc(cap, sizeof(*b->key));
+	b->next = calloc(cap, sizeof(*b->next));
+	b->cap = cap;
+	*st = b;
+	return b->key && b->next ? 0 : -ENOMEM;
+}
+
+static void bel_destroy(void *st)
+{
+	struct bel *b = st;
+	free(b->key);
+	free(b->next);
+	free(b);
+}
+
+static size_t bel_find(const struct bel *b, uint64_t key)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (b->key[i] == key)
+			return i;
+	CHECK(0);
+	return 0;
+}
+
+static void bel_insert(void *st, const struct kvt_ref *r, void *meta)
+{
+	struct bel *b = st;
+	(void)meta;
+	CHECK(b->n < b->cap);
+	b->key[b->n] = r->key;
+	b->next[b->n++] = r->next;
+}
+
+static void bel_access(void *st, const struct kvt_ref *r, void *meta)
+{
+	struct bel *b = st;
+	(void)meta;
+	b->next[bel_find(b, r->key)] = r->next;
+}
+
+static void bel_remove(void *st, uint64_t key, void *meta)
+{
+	struct bel *b = st;
+	size_t i = bel_find(b, key);
+	(void)meta;
+	b->n--;
+	b->key[i] = b->key[b->n];
+	b->next[i] = b->next[b->n];
+}
+
+static size_t bel_victims(void *st, uint64_t *out, size_t want,
+			  int (*pinned)(void *, uint64_t), void *arg)
+{
+	struct bel *b = st;
+	size_t got = 0;
+
+	for (; got < want; got++) {
+		size_t best = SIZE_MAX;
+		for (size_t i = 0; i < b->n; i++) {
+			int taken = 0;
+			for (size_t j = 0; j < got; j++)
+				taken |= out[j] == b->key[i];
+			if (taken || (pinned && pinned(arg, b->key[i])))
+				continue;
+			if (best == SIZE_MAX || b->next[i] > b->next[best])
+				best = i;
+		}
+		if (best == SIZE_MAX)
+			break;
+		out[got] = b->key[best];
+	}
+	return got;
+}
+
+static const struct kvt_policy_ops test_belady = {
+	.name = "tbelady", .meta_size = 8, .flags = KVT_POLICY_OFFLINE,
+	.init = bel_init, .destroy = bel_destroy, .on_insert = bel_insert,
+	.on_access = bel_access, .on_remove = bel_remove, .victims = bel_victims,
+};
+
+static double scan_miss(const struct kvt_sim_trace *t, const char *pol,
+			const struct kvt_policy_ops *ops, double frac, int classic)
+{
+	struct kvt_sim_config c = one_tier(pol, (uint64_t)(frac * t->npages));
+	struct kvt_sim_result r;
+
+	c.tier[0].ops = ops;
+	c.classic = classic;
+	run_ok(&c, t, &r);
+	return (double)r.tier[0].misses / (double)r.refs;
+}
+
+/* The decode scan: every classic policy misses (nearly) always at 25% and
+ * 50% of the pages; Belady misses about 1 - capacity share. */
+static void scan_classic(void)
+{
+	static const char *const pols[] = { "lru", "fifo", "clock", "arc", "s3fifo", "sieve" };
+	uint64_t *keys, *steps;
+	int64_t n = kvt_sim_gen_scan(2, 256, 16, 60, &keys, &steps);
+	struct kvt_sim_trace t;
+
+	CHECK(n > 0);
+	/* As a kvtier trace would carry it: one step per decode step. */
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, (size_t)n), 0);
+	t.step = steps;
+	CHECK_EQ(t.npages, 2 * (256 + 3));
+	for (size_t p = 0; p < sizeof(pols) / sizeof(pols[0]); p++) {
+		if (!kvt_policy_find(pols[p]))
+			continue;
+		for (int classic = 0; classic <= 1; classic++) {
+			double m25 = scan_miss(&t, pols[p], NULL, 0.25, classic);
+			double m50 = scan_miss(&t, pols[p], NULL, 0.50, classic);
+			if (getenv("T_SIM_VERBOSE") || m25 < 0.99 || m50 < 0.99)
+				fprintf(stderr, "%s classic %d: miss %.4f %.4f\n", pols[p], classic,
+					m25, m50);
+			CHECK(m25 >= 0.99 && m50 >= 0.99);
+		}
+	}
+	CHECK_EQ(kvt_sim_trace_next(&t), 0);
+	double b25 = scan_miss(&t, "tbelady", &test_belady, 0.25, 1);
+	double b50 = scan_miss(&t, "tbelady", &test_belady, 0.50, 1);
+	CHECK(b25 > 0.70 && b25 < 0.78);
+	CHECK(b50 > 0.45 && b50 < 0.53);
+	CHECK(fabs(scan_miss(&t, "tbelady", &test_belady, 0.25, 0) - b25) < 1e-12);
+	/* On a pure scan MRU keeps what Belady keeps, nearly. */
+	CHECK(fabs(scan_miss(&t, "mru", NULL, 0.25, 1) - b25) < 0.01);
+	kvt_sim_trace_free(&t);
+	free(keys);
+}
+
+/* Belady on a hand trace, 1 2 3 1 2 4 1 2 in 2 frames (a miss always
+ * inserts): 3 evicts 2 (used again later than 1), 2 evicts 3 (never
+ * again), 4 evicts 2 (used after 1): misses 1 2 3 2 4 2, six; LRU has
+ * eight. next is the time of the next use. */
+static void belady_hand(void)
+{
+	const uint64_t keys[] = { 1, 2, 3, 1, 2, 4, 1, 2 };
+	struct kvt_sim_trace t;
+	struct kvt_sim_config c = one_tier("tbelady", 2);
+	struct kvt_sim_result r;
+	char err[256];
+
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, 8), 0);
+	c.tier[0].ops = &test_belady;
+	c.classic = 1;
+	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);	/* no next yet */
+	CHECK(strstr(err, "next"));
+	CHECK_EQ(kvt_sim_trace_next(&t), 0);
+	CHECK_EQ(t.next[0], 4);			/* 1 again at time 4 */
+	CHECK_EQ(t.next[2], UINT32_MAX);	/* 3 never */
+	run_ok(&c, &t, &r);
+	CHECK_EQ(r.tier[0].misses, 6);
+	c = one_tier("lru", 2);
+	run_ok(&c, &t, &r);
+	CHECK_EQ(r.tier[0].misses, 8);
+	kvt_sim_trace_free(&t);
+}
+
+/* The watermarks and full policy specs of a trace's configuration text;
+ * background reclaim keeps wm_low frames free after every record. */
+static void config_text(void)
+{
+	struct kvt_sim_trace t = { 0 };
+	struct kvt_sim_config c;
+	struct kvt_sim_result r;
+
+	t.has_hdr = 1;
+	t.hdr.frames[0] = 200;
+	t.hdr.frames[1] = 400;
+	snprintf(t.hdr.policy[0], sizeof(t.hdr.policy[0]), "s3fifo");
+	snprintf(t.hdr.policy[1], sizeof(t.hdr.policy[1]), "clock");
+	t.config = strdup("; comment\n[tier.fast]\npolicy = s3fifo:small=20\nwm_min = 1\n"
+			  "wm_low = 2\nwm_high = 4\n[tier.host]\nwm_low = 5\n[io]\nwm_low = 9\n");
+	CHECK(t.config);
+	kvt_sim_config_trace(&c, &t);
+	CHECK_EQ(c.ntiers, 2);
+	CHECK(!strcmp(c.tier[0].policy, "s3fifo:small=20"));
+	CHECK(!strcmp(c.tier[1].policy, "clock"));
+	CHECK_EQ(c.tier[0].wm_min, 2);
+	CHECK_EQ(c.tier[0].wm_low, 4);
+	CHECK_EQ(c.tier[0].wm_high, 8);
+	CHECK_EQ(c.tier[1].wm_low, 20);
+	kvt_sim_trace_free(&t);
+
+	uint64_t keys[5000];
+	CHECK_EQ(kvt_sim_gen_zipf(5000, 2000, 0.8, 3, keys), 0);
+	CHECK_EQ(kvt_sim_trace_keys(&t, keys, 5000), 0);
+	c = tiers2("lru", 100, "lru", 200);
+	c.tier[0].wm_low = 10;
+	c.tier[0].wm_high = 20;
+	run_ok(&c, &t, &r);
+	CHECK(r.tier[0].used <= 90 && r.tier[0].used >= 80);
+	CHECK(r.tier[0].demotions > 0);
+	kvt_sim_trace_free(&t);
+}
+
+/* The layer-ahead prefetch, by hand: two layers of one page, one frame
+ * in tier 0, read 0 then 1 each step. Without prefetch every reference
+ * misses (the frame alternates). With depth 1, from step 1 on reading
+ * page 0 brings page 1 up from tier 1 at once (evicting page 0, which
+ * has a copy there: a drop), and page 1 is a hit: 9 hits, 9 prefetches,
+ * all used. Step 0 has nothing to prefetch from: page 1 is in no tier. */
+static void prefetch(void)
+{
+	struct kvt_trace_rec rec[20];
+	size_t n = 0;
+	struct kvt_sim_trace t;
+	struct kvt_sim_result r0, r1;
+	char err[256];
+
+	for (uint32_t st = 0; st < 10; st++)
+		for (uint32_t l = 0; l < 2; l++)
+			rec[n++] = (struct kvt_trace_rec){ .event = KVT_EV_ACCESS, .step = st,
+				.key = (uint64_t)l << 32, .seq = 0, .layer = l, .index = 0,
+				.from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE };
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, n, NULL, err, sizeof(err)), 0);
+	struct kvt_sim_config c = tiers2("lru", 1, "lru", 10);
+	run_ok(&c, &t, &r0);
+	CHECK_EQ(r0.tier[0].hits, 0);
+	CHECK_EQ(r0.prefetch_issued, 0);
+	c.prefetch_depth = 1;
+	c.tier[1].up_lat = 1e-3;
+	run_ok(&c, &t, &r1);
+	CHECK_EQ(r1.tier[0].hits, 9);
+	CHECK_EQ(r1.prefetch_issued, 9);
+	CHECK_EQ(r1.prefetch_hit, 9);
+	CHECK_EQ(r1.prefetch_wasted, 0);
+	CHECK_EQ(r1.prefetch_dropped, 0);
+	CHECK(fabs(r1.prefetch_s - 9e-3) < 1e-9);	/* 9 reads up, off the demand path */
+	CHECK(fabs(r1.stall_s - 9e-3) < 1e-9);		/* page 0 from step 1 on */
+	kvt_sim_trace_free(&t);
+}
+
+static void bad_inputs(void)
+{
+	char path[] = "/tmp/kvt-t_sim-XXXXXX", err[256];
+	struct kvt_sim_trace t;
+	struct kvt_sim_config c;
+	struct kvt_sim_result r;
+	int fd = mkstemp(path);
+	uint8_t buf[60] = { 0 };
+
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, buf, 50), 50);	/* two records and 2 bytes */
+	close(fd);
+	CHECK_EQ(kvt_sim_trace_load(path, &t, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "byte offset 48"));
+	CHECK(strstr(err, path));
+	CHECK(strstr(err, "not a kvtier trace"));
+	CHECK_EQ(kvt_sim_trace_load("/nonexistent/trace", &t, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, "/nonexistent/trace"));
+	fd = open(path, O_WRONLY | O_TRUNC);
+	CHECK(fd >= 0);
+	close(fd);
+	CHECK_EQ(kvt_sim_trace_load(path, &t, err, sizeof(err)), -EINVAL);	/* empty */
+	/* A kvtier trace that is cut short. */
+	fd = open(path, O_WRONLY | O_TRUNC);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, KVT_TRACE_MAGIC "\x01\0\0\0", 12), 12);
+	close(fd);
+	CHECK(kvt_sim_trace_load(path, &t, err, sizeof(err)) < 0);
+	CHECK(strstr(err, path));
+	unlink(path);
+
+	struct kvt_trace_rec rec[2] = { { .event = KVT_EV_ACCESS, .key = 1, .from = 0xff, .to = 0xff },
+					{ .event = 77, .key = 2, .from = 0xff, .to = 0xff } };
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "byte offset 48"));
+	rec[1].event = KVT_EV_ACCESS;
+	rec[1].from = 9;
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), -EINVAL);
+	rec[1].from = 0xff;
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), 0);
+	c = one_tier("nosuchpolicy", 4);
+	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "nosuchpolicy"));
+	c = one_tier("lru:bogus=1", 4);
+	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);
+	c = one_tier("lru", 0);
+	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);
+	c.ntiers = 0;
+	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);
+	const char *bad[] = { "lru", "nope" };
+	uint64_t fr[] = { 2 };
+	struct kvt_sim_point pt[2];
+	CHECK_EQ(kvt_sim_mrc(&t, bad, 2, fr, 1, 2, 0, pt, NULL, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "nope"));
+	struct kvt_sim_tier ti = { 0 };
+	CHECK_EQ(kvt_sim_parse_costs("bw=12G,lat=80us", &ti, err, sizeof(err)), 0);
+	CHECK(fabs(ti.up_bw - 12.0 * (1ull << 30)) < 1 && fabs(ti.down_lat - 80e-6) < 1e-12);
+	CHECK_EQ(kvt_sim_parse_costs("bw=fast", &ti, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(kvt_sim_parse_costs("speed=1G", &ti, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "speed"));
+	kvt_sim_trace_free(&t);
+}
+
+int main(void)
+{
+	hand_two_tiers();
+	hand_three_tiers();
+	pins_and_scores();
+	belady_hand();
+	config_text();
+	prefetch();
+	fast_equals_general();
+	mrc_threads();
+	scan_classic();
+	bad_inputs();
+	printf("t_sim: ok\n");
+	return 0;
+}
