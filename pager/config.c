@@ -109,7 +109,9 @@ static const struct key keys[] = {
 	UINT("geometry.page_tokens", page_tokens, 1, 4096),
 	ENUM("geometry.dtype", dtype_bytes, dtype_syms),
 	TIER("tier.fast", KVT_TIER_FAST),
+	SIZE("tier.fast.max_bytes", tier[KVT_TIER_FAST].max_bytes, 0, UINT64_MAX, 0),
 	TIER("tier.host", KVT_TIER_HOST),
+	SIZE("tier.host.max_bytes", tier[KVT_TIER_HOST].max_bytes, 0, UINT64_MAX, 0),
 	TIER("tier.nvme", KVT_TIER_NVME),
 	STR("nvme.path", T_PATH, nvme_path, NULL),
 	ENUM("nvme.direct", nvme_direct, tristate_syms),
@@ -633,6 +635,19 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 				    "wm_min <= wm_low <= wm_high", tier_sec[t],
 				    tc->wm_min, tc->wm_low, tc->wm_high);
 	}
+	for (t = KVT_TIER_FAST; t <= KVT_TIER_HOST; t++) {
+		const struct kvt_tier_config *tc = &cfg->tier[t];
+
+		if (!tc->max_bytes || tc->max_bytes >= tc->bytes)
+			continue;
+		fmt_size(tc->max_bytes, a, sizeof(a));
+		fmt_size(tc->bytes, b, sizeof(b));
+		return fail(err, errlen, -EINVAL,
+			    "%s.max_bytes = %s: must be 0 or at least %s.bytes = %s",
+			    tier_sec[t], a, tier_sec[t], b);
+	}
+	if (cfg->tier[KVT_TIER_NVME].max_bytes)
+		return fail(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
 	page = kvt_config_page_bytes(cfg);
 	if (!page || page % PAGE_ALIGN)
 		return fail(err, errlen, -EINVAL,

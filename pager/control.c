@@ -216,12 +216,13 @@ static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_stats *ts = &st->tier[t];
 
-		out_fmt(c, "%s: used %llu/%llu frames (%.1f/%.1f MiB), hits %llu, misses %llu, "
-			"bytes in %llu, bytes out %llu",
+		out_fmt(c, "%s: used %llu/%llu frames (%.1f/%.1f MiB), online %llu of %llu reserved, "
+			"hits %llu, misses %llu, bytes in %llu, bytes out %llu",
 			kvt_tier_name(t), (unsigned long long)ts->used,
 			(unsigned long long)ts->capacity,
 			(double)(ts->used * ts->frame_bytes) / (1 << 20),
 			(double)(ts->capacity * ts->frame_bytes) / (1 << 20),
+			(unsigned long long)ts->online, (unsigned long long)ts->reserved,
 			(unsigned long long)ts->hits, (unsigned long long)ts->misses,
 			(unsigned long long)ts->bytes_in, (unsigned long long)ts->bytes_out);
 	}

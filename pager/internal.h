@@ -59,9 +59,23 @@ struct page {
 	uint32_t seq, layer, index;	/* who created it, for the policies */
 };
 
+/*
+ * Live capacity: nframes frames are reserved at open (tier.X.max_bytes, or
+ * bytes); `online` of them are in service. The others are offline: out of
+ * the free map, never allocated, marked in offmap. A shrink takes free
+ * frames offline at once; the rest of the shrink (nframes - online - noff
+ * frames, the "debt") is paid by frame_free, which takes a frame offline
+ * instead of freeing it while the debt lasts, and the migration thread
+ * evicts pages until it is paid. A grow pays the debt off first, then
+ * brings offline frames back. No page ever moves between frames of one
+ * tier, so a pinned page stays where its views point.
+ */
 struct tier {
 	int	 id;
 	uint32_t nframes, nfree;
+	uint32_t online;		/* frames in service: the live capacity */
+	uint32_t noff;			/* frames offline now */
+	uint64_t *offmap;		/* bit set = frame offline */
 	uint64_t stride;		/* bytes from one frame to the next */
 	uint8_t	*base;			/* frame 0 (NULL for nvme: file offsets) */
 	uint64_t *freemap;		/* bit set = frame free */
@@ -150,6 +164,7 @@ struct kvt_pager {
 	uint32_t	moving;		/* pages in flight on the migration thread */
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
+	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
 
 	struct kvt_stats st;		/* counters not kept per tier */
 
@@ -162,7 +177,6 @@ struct kvt_pager {
 
 /* pager.c */
 int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
-
 /* stats.c */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
 

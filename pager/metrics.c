@@ -138,8 +138,16 @@ static const struct metric pager_metrics[] = {
 };
 
 static const struct metric tier_metrics[] = {
-	{ "kvt_tier_capacity_bytes", "gauge", "Bytes of frames in the tier.",
+	{ "kvt_tier_capacity_bytes", "gauge", "Bytes of frames the tier may use (its live capacity).",
 	  T(capacity), V_FRAMES },
+	{ "kvt_tier_online_bytes", "gauge",
+	  "Bytes of frames in service: the capacity plus frames a shrink has yet to empty.",
+	  T(online), V_FRAMES },
+	{ "kvt_tier_reserved_bytes", "gauge",
+	  "Bytes of frames reserved at open: the most the capacity can grow to.",
+	  T(reserved), V_FRAMES },
+	{ "kvt_tier_shrinks_total", "counter", "Live capacity changes down.", T(shrinks), V_U64 },
+	{ "kvt_tier_grows_total", "counter", "Live capacity changes up.", T(grows), V_U64 },
 	{ "kvt_tier_used_bytes", "gauge", "Bytes of frames holding a page.", T(used), V_FRAMES },
 	{ "kvt_tier_frame_bytes", "gauge", "Bytes per frame.", T(frame_bytes), V_U64 },
 	{ "kvt_tier_hits_total", "counter", "Page lookups that found the page in this tier.",

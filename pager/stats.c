@@ -88,6 +88,10 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 		const struct kvt_tier_stats *ts = &st->tier[t];
 		put(&o, "%s\"%s\":{", t ? "," : "", kvt_tier_name(t));
 		U("capacity", ts->capacity);
+		U("online", ts->online);
+		U("reserved", ts->reserved);
+		U("shrinks", ts->shrinks);
+		U("grows", ts->grows);
 		U("used", ts->used);
 		U("frame_bytes", ts->frame_bytes);
 		U("hits", ts->hits);

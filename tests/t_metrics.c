@@ -600,6 +600,10 @@ static void fill(struct kvt_stats *st)
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		struct kvt_tier_stats *ts = &st->tier[t];
 		ts->capacity = 8u << t;
+		ts->online = 9u << t;
+		ts->reserved = 12u << t;
+		ts->shrinks = 30 + (uint64_t)t;
+		ts->grows = 40 + (uint64_t)t;
 		ts->used = 5u << t;
 		ts->frame_bytes = 4096;
 		ts->hits = 100 + (uint64_t)t;
@@ -665,6 +669,10 @@ static void t_filled(int arg)
 		const char *tn = kvt_tier_name(t);
 		has_line("kvt_tier_capacity_bytes{tier=\"%s\"} %u", tn, 4096u * (8u << t));
 		has_line("kvt_tier_used_bytes{tier=\"%s\"} %u", tn, 4096u * (5u << t));
+		has_line("kvt_tier_online_bytes{tier=\"%s\"} %u", tn, 4096u * (9u << t));
+		has_line("kvt_tier_reserved_bytes{tier=\"%s\"} %u", tn, 4096u * (12u << t));
+		has_line("kvt_tier_shrinks_total{tier=\"%s\"} %d", tn, 30 + t);
+		has_line("kvt_tier_grows_total{tier=\"%s\"} %d", tn, 40 + t);
 		has_line("kvt_tier_frame_bytes{tier=\"%s\"} 4096", tn);
 		has_line("kvt_tier_hits_total{tier=\"%s\"} %d", tn, 100 + t);
 		has_line("kvt_tier_misses_total{tier=\"%s\"} %d", tn, 200 + t);
@@ -831,6 +839,8 @@ static void t_pager(int arg)
 	has_line("kvt_acquired_pages_total %llu", (unsigned long long)st.acquires);
 	CHECK_EQ(st.acquires, 2 * layers * npg);
 	has_line("kvt_tier_capacity_bytes{tier=\"fast\"} %llu", (unsigned long long)(4 * pb));
+	has_line("kvt_tier_online_bytes{tier=\"fast\"} %llu", (unsigned long long)(4 * pb));
+	has_line("kvt_tier_reserved_bytes{tier=\"host\"} %llu", (unsigned long long)(4 * pb));
 	has_line("kvt_tier_used_bytes{tier=\"nvme\"} %llu",
 		 (unsigned long long)(st.tier[KVT_TIER_NVME].used * pb));
 	for (int t = 0; t < KVT_NTIERS; t++) {

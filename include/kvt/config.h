@@ -51,6 +51,9 @@ typedef void (*kvt_log_fn)(void *arg, int level, const char *msg);
 
 struct kvt_tier_config {
 	uint64_t bytes;			/* capacity; rounded down to whole frames */
+	uint64_t max_bytes;		/* fast, host: frames reserved at open, the
+					 * most a live change may grow it to;
+					 * 0 = bytes (no growing) */
 	char	 policy[KVT_POLICY_MAX];/* "name" or "name:key=value,..." */
 	/* Watermarks in per cent of the tier's frames kept free (kswapd):
 	 * below low the migration thread demotes in the background until

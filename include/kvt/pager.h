@@ -53,12 +53,19 @@ void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out);
 /* Change one configuration key ("section.key", as kvt_config_set takes it)
  * while the pager runs. Live: access.prefetch_depth,
  * tier.{fast,host,nvme}.wm_min|wm_low|wm_high (wm_min <= wm_low <= wm_high
- * must hold afterwards) and tier.{fast,host,nvme}.policy (the tier's pages
+ * must hold afterwards), tier.{fast,host,nvme}.policy (the tier's pages
  * stay where they are; the new policy starts with them ranked by last
- * use). Returns 0, -EINVAL for an unknown key, a bad value or a policy
- * that does not exist or refuses its parameters, -EPERM for a key that
- * only takes effect at open (message in err), -ENOMEM. On error nothing
- * changes. kvt_pager_config returns the configuration in force. */
+ * use) and tier.{fast,host}.bytes (the live capacity, at most what was
+ * reserved at open: tier.X.max_bytes, else bytes; a shrink returns at
+ * once and the migration thread demotes what lives in the frames going
+ * offline: kvt_tier_stats.online falls to capacity when it is done).
+ * Returns 0, -EINVAL for an unknown key, a bad value or a policy that
+ * does not exist or refuses its parameters, -EPERM for a key that only
+ * takes effect at open, -ERANGE for a capacity above the reservation,
+ * -EBUSY for one not above the tier's pinned pages (tails, batches),
+ * -ENOSPC for one that leaves the pages below nowhere to go, -ENOMEM
+ * (message in err). On error nothing changes. kvt_pager_config returns
+ * the configuration in force. */
 int  kvt_pager_set(struct kvt_pager *p, const char *key, const char *value,
 		   char *err, size_t errlen);
 
@@ -116,7 +123,11 @@ int  kvt_pager_drain(struct kvt_pager *p, int tier);
 #define KVT_LAT_BUCKETS 24		/* log2 microsecond buckets: <1us .. >=2^22us */
 
 struct kvt_tier_stats {
-	uint64_t capacity;		/* frames */
+	uint64_t capacity;		/* frames the tier may use (its live capacity) */
+	uint64_t online;		/* frames in service: capacity, plus frames a
+					 * shrink has yet to empty */
+	uint64_t reserved;		/* frames reserved at open (max_bytes) */
+	uint64_t shrinks, grows;	/* live capacity changes, down and up */
 	uint64_t used;			/* frames holding a page */
 	uint64_t frame_bytes;		/* bytes per frame */
 	uint64_t hits, misses;		/* acquires that found / did not find the page here */
