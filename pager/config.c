@@ -112,6 +112,7 @@ static const struct key keys[] = {
 	SIZE("tier.fast.max_bytes", tier[KVT_TIER_FAST].max_bytes, 0, UINT64_MAX, 0),
 	TIER("tier.host", KVT_TIER_HOST),
 	SIZE("tier.host.max_bytes", tier[KVT_TIER_HOST].max_bytes, 0, UINT64_MAX, 0),
+	SIZE("tier.host.floor", host_floor, 0, UINT64_MAX, 0),
 	TIER("tier.nvme", KVT_TIER_NVME),
 	STR("nvme.path", T_PATH, nvme_path, NULL),
 	ENUM("nvme.direct", nvme_direct, tristate_syms),
@@ -123,6 +124,9 @@ static const struct key keys[] = {
 	UINT("host.prefault_threads", host_prefault_threads, 0, 64),
 	ENUM("access.host_in_place", host_in_place, bool_syms),
 	UINT("access.prefetch_depth", prefetch_depth, 0, 64),
+	STR("psi.path", T_PATH, psi_path, NULL),
+	{ "psi.threshold", T_DOUBLE, OFF(psi_threshold), 0, 0, 100, 0, NULL, 0 },
+	UINT("psi.interval_ms", psi_interval_ms, 10, 60000),
 	STR("device.name", T_NAME, device, device_syms),
 	{ "device.copy_gbps", T_DOUBLE, OFF(copy_gbps), 0, 0, 10000, 0, NULL, 0 },
 };
@@ -574,6 +578,10 @@ KVT_API void kvt_config_default(struct kvt_config *cfg)
 	cfg->host_prefault_threads = 0;
 	cfg->host_in_place = 0;
 	cfg->prefetch_depth = 2;
+	strcpy(cfg->psi_path, "/proc/pressure/memory");
+	cfg->psi_threshold = 0;
+	cfg->psi_interval_ms = 1000;
+	cfg->host_floor = 0;
 	strcpy(cfg->device, "auto");
 	cfg->copy_gbps = 0;
 }

@@ -165,6 +165,10 @@ struct kvt_pager {
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
+	struct kvt_psi	*psi;		/* the memory-pressure watcher, or NULL */
+	double		psi_avg10;	/* its last reading */
+	int		psi_ok;		/* the last reading worked */
+	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */
 
 	struct kvt_stats st;		/* counters not kept per tier */
 
@@ -177,6 +181,19 @@ struct kvt_pager {
 
 /* pager.c */
 int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
+/* Limit the host tier to n frames under memory pressure (UINT32_MAX: no
+ * limit); its capacity is the smaller of that and tier.host.bytes. Lock
+ * held. 0, or the refusal of a shrink that the pinned pages or the pages
+ * with nowhere else to go do not allow (nothing changes then). */
+int  kvt_host_limit(struct kvt_pager *p, uint32_t n);
+
+/* psi.c: the memory-pressure watcher thread (started at open when
+ * psi.threshold > 0 and psi.path is set; stopped first at close). */
+struct kvt_psi;
+int  kvt_psi_start(struct kvt_pager *p);
+void kvt_psi_stop(struct kvt_pager *p);
+int  kvt_psi_parse(const char *buf, double *avg10);
+
 /* stats.c */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
 

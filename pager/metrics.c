@@ -75,6 +75,7 @@ enum kind {
 	V_NS,		/* a uint64_t of nanoseconds, shown in seconds */
 	V_INT,		/* an int */
 	V_FRAMES,	/* a uint64_t count of frames, shown in bytes (tiers only) */
+	V_PCT,		/* a double of per cent, shown as a ratio (4 decimals) */
 };
 
 struct metric {
@@ -132,6 +133,21 @@ static const struct metric pager_metrics[] = {
 	  S(host_numa_node), V_INT },
 	{ "kvt_host_overhead_bytes", "gauge", "Host memory mapped beyond the configured size.",
 	  S(host_overhead_bytes), V_U64 },
+	{ "kvt_memory_pressure_watching", "gauge",
+	  "1 if the memory-pressure watcher runs (psi.threshold > 0), else 0.",
+	  S(psi_watching), V_INT },
+	{ "kvt_memory_pressure_reading_ok", "gauge",
+	  "1 if the watcher's last reading of psi.path worked, else 0.", S(psi_ok), V_INT },
+	{ "kvt_memory_pressure_some_avg10_ratio", "gauge",
+	  "The \"some\" avg10 of psi.path at the last reading, as a ratio (0.5 = 50 %).",
+	  S(psi_some_avg10), V_PCT },
+	{ "kvt_memory_pressure_shrinks_total", "counter",
+	  "Times the watcher lowered the host tier's limit.", S(psi_shrinks), V_U64 },
+	{ "kvt_memory_pressure_grows_total", "counter",
+	  "Times the watcher raised the host tier's limit.", S(psi_grows), V_U64 },
+	{ "kvt_host_limit_bytes", "gauge",
+	  "The host tier's limit under memory pressure; 0 when there is none.",
+	  S(host_limit_bytes), V_U64 },
 	{ "kvt_metadata_bytes", "gauge",
 	  "The pager's own bookkeeping: page table, frame maps, policy metadata.",
 	  S(meta_bytes), V_U64 },
@@ -175,9 +191,26 @@ static void put_value(struct out *o, const void *base, const struct metric *m, u
 {
 	const char *p = (const char *)base + m->off;
 	uint64_t u;
+	double d;
 	int i;
 
 	switch (m->kind) {
+	case V_PCT:
+		/* Integers only: the ratio is printed the same in any locale. */
+		memcpy(&d, p, sizeof(d));
+		u = d > 0 && d <= 100 ? (uint64_t)(d * 100 + 0.5) : 0;	/* 1e-4 units */
+		put(o, " %llu", (unsigned long long)(u / 10000));
+		if (u % 10000) {
+			int digits = 4;
+			u %= 10000;
+			while (u % 10 == 0) {
+				u /= 10;
+				digits--;
+			}
+			put(o, ".%0*llu", digits, (unsigned long long)u);
+		}
+		put(o, "\n");
+		return;
 	case V_INT:
 		memcpy(&i, p, sizeof(i));
 		put(o, " %d\n", i);

@@ -1038,6 +1038,7 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 
 static void pager_free(struct kvt_pager *p)
 {
+	kvt_psi_stop(p);
 	if (p->thread_started) {
 		pthread_mutex_lock(&p->lock);
 		p->stop = 1;
@@ -1211,6 +1212,13 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (r)
 		goto fail;
 	p->thread_started = 1;
+	if (cfg->psi_threshold > 0 && cfg->psi_path[0]) {
+		r = kvt_psi_start(p);
+		if (r) {
+			plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
+			goto fail;
+		}
+	}
 	*out = p;
 	return 0;
 fail:
@@ -2237,6 +2245,22 @@ static int resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key
 	return 0;
 }
 
+int kvt_host_limit(struct kvt_pager *p, uint32_t n)
+{
+	uint64_t want = p->cfg.tier[KVT_TIER_HOST].bytes / p->page_bytes;
+
+	if (n < want && n < p->t[KVT_TIER_HOST].online) {
+		char v[24];
+		snprintf(v, sizeof(v), "%u", n);
+		int r = resize_check(p, KVT_TIER_HOST, n, "psi", v, NULL, 0);
+		if (r)
+			return r;
+	}
+	p->psi_frames = n;
+	tier_apply(p, KVT_TIER_HOST);
+	return 0;
+}
+
 /* Change one configuration key while the pager runs. The value is parsed
  * and range-checked by kvt_config_set on a copy of the configuration;
  * what can change live is applied, the rest refused with -EPERM. All or
@@ -2258,6 +2282,15 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 	ti = tier_key(key, &field);
 	if (!strcmp(key, "access.prefetch_depth")) {
 		p->cfg.prefetch_depth = c.prefetch_depth;
+	} else if (!strcmp(key, "tier.host.floor") ||
+		   (!strcmp(key, "psi.threshold") && p->psi)) {
+		/* The watcher reads both at its next reading. */
+		p->cfg.host_floor = c.host_floor;
+		p->cfg.psi_threshold = c.psi_threshold;
+	} else if (!strcmp(key, "psi.threshold")) {
+		r = set_fail(err, errlen, -EPERM, "%s: the memory-pressure watcher was not started "
+			     "at open (psi.threshold was 0 or psi.path empty): restart with it in "
+			     "the config", key);
 	} else if (ti >= 0 && !strcmp(field, "policy")) {
 		pthread_mutex_unlock(&p->lock);
 		return swap_policy(p, ti, key, c.tier[ti].policy, err, errlen);
@@ -2315,6 +2348,12 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->seqs = p->open_seqs;
 	st->pages = p->live_pages;
 	st->nvme_paused = now_ns() < p->nvme_paused_until;
+	st->psi_watching = p->psi != NULL;
+	st->psi_ok = p->psi_ok;
+	st->psi_some_avg10 = p->psi_avg10;
+	st->psi_shrinks = p->psi_shrinks;
+	st->psi_grows = p->psi_grows;
+	st->host_limit_bytes = p->psi_frames == UINT32_MAX ? 0 : (uint64_t)p->psi_frames * p->page_bytes;
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		const struct tier *t = &p->t[ti];
 		st->tier[ti] = t->st;

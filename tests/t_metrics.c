@@ -597,6 +597,12 @@ static void fill(struct kvt_stats *st)
 	st->host_numa_node = KVT_NUMA_INTERLEAVE;
 	st->host_overhead_bytes = 2 << 20;
 	st->meta_bytes = 123456;
+	st->psi_watching = 1;
+	st->psi_ok = 1;
+	st->psi_some_avg10 = 12.5;
+	st->psi_shrinks = 3;
+	st->psi_grows = 2;
+	st->host_limit_bytes = 8192;
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		struct kvt_tier_stats *ts = &st->tier[t];
 		ts->capacity = 8u << t;
@@ -654,6 +660,12 @@ static void t_filled(int arg)
 	has_line("kvt_enospc_total 10");
 	has_line("kvt_stall_seconds_total 2.5");
 	has_line("kvt_nvme_paused 1");
+	has_line("kvt_memory_pressure_watching 1");
+	has_line("kvt_memory_pressure_reading_ok 1");
+	has_line("kvt_memory_pressure_some_avg10_ratio 0.125");
+	has_line("kvt_memory_pressure_shrinks_total 3");
+	has_line("kvt_memory_pressure_grows_total 2");
+	has_line("kvt_host_limit_bytes 8192");
 	has_line("kvt_nvme_direct 1");
 	has_line("kvt_nvme_registered_files 1");
 	has_line("kvt_nvme_registered_buffers 2");

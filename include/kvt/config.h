@@ -91,6 +91,14 @@ struct kvt_config {
 	int	 host_in_place;		/* acquire may hand back host-tier pages */
 	unsigned prefetch_depth;	/* layers queued ahead of an acquire */
 
+	/* Memory pressure: the host tier shrinks toward host_floor while the
+	 * "some" avg10 of psi_path is at or above psi_threshold per cent, and
+	 * grows back to tier.host.bytes once it is below half of that. */
+	char	 psi_path[KVT_PATH_MAX];	/* default /proc/pressure/memory */
+	double	 psi_threshold;		/* per cent 0..100; 0 = no watcher */
+	unsigned psi_interval_ms;	/* how often it is read, 10..60000 */
+	uint64_t host_floor;		/* bytes the host tier keeps (0: 2 frames) */
+
 	/* Device (used by tools that open the device from a config) */
 	char	 device[32];		/* "cpu", "cuda" or "auto" */
 	double	 copy_gbps;		/* cpu device: copy bandwidth cap, 0 = none */

@@ -159,6 +159,12 @@ struct kvt_stats {
 	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
 	uint64_t meta_bytes;		/* the pager's own bookkeeping (page table,
 					 * frame maps, policy metadata) */
+	/* Memory pressure (psi.*): */
+	int	 psi_watching;		/* 1 if the watcher runs */
+	int	 psi_ok;		/* 1 if its last reading of psi.path worked */
+	double	 psi_some_avg10;	/* that reading: "some" avg10, per cent */
+	uint64_t psi_shrinks, psi_grows;/* host tier limit changes it made */
+	uint64_t host_limit_bytes;	/* the host tier's limit under pressure, 0 = none */
 	char	 host_notes[256];	/* what the host tier could not get, and why */
 	char	 nvme_notes[256];	/* fallbacks taken by the NVMe tier, and why */
 	struct kvt_tier_stats tier[KVT_NTIERS];
