@@ -31,6 +31,7 @@
 #include <sys/types.h>
 #include <ini.h>
 #include <kvt/config.h>
+#include "pager/http.h"
 
 #define KVT_API __attribute__((visibility("default")))
 
@@ -127,6 +128,7 @@ static const struct key keys[] = {
 	STR("psi.path", T_PATH, psi_path, NULL),
 	{ "psi.threshold", T_DOUBLE, OFF(psi_threshold), 0, 0, 100, 0, NULL, 0 },
 	UINT("psi.interval_ms", psi_interval_ms, 10, 60000),
+	STR("metrics.http", T_PATH, metrics_http, NULL),
 	STR("device.name", T_NAME, device, device_syms),
 	{ "device.copy_gbps", T_DOUBLE, OFF(copy_gbps), 0, 0, 10000, 0, NULL, 0 },
 };
@@ -656,6 +658,14 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 	}
 	if (cfg->tier[KVT_TIER_NVME].max_bytes)
 		return fail(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
+	if (cfg->metrics_http[0]) {
+		struct sockaddr_storage sa;
+		socklen_t salen;
+
+		rc = kvt_http_addr(cfg->metrics_http, &sa, &salen, err, errlen);
+		if (rc)
+			return rc;
+	}
 	page = kvt_config_page_bytes(cfg);
 	if (!page || page % PAGE_ALIGN)
 		return fail(err, errlen, -EINVAL,

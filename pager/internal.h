@@ -166,6 +166,7 @@ struct kvt_pager {
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
 	struct kvt_psi	*psi;		/* the memory-pressure watcher, or NULL */
+	struct kvt_http	*http;		/* the metrics endpoint, or NULL */
 	double		psi_avg10;	/* its last reading */
 	int		psi_ok;		/* the last reading worked */
 	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */

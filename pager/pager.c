@@ -21,6 +21,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "pager/http.h"
 #include "pager/internal.h"
 
 #define MAX_MOVE	1024	/* pages per promotion batch, at most */
@@ -1038,6 +1039,7 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 
 static void pager_free(struct kvt_pager *p)
 {
+	kvt_http_stop(p->http);
 	kvt_psi_stop(p);
 	if (p->thread_started) {
 		pthread_mutex_lock(&p->lock);
@@ -1216,6 +1218,13 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		r = kvt_psi_start(p);
 		if (r) {
 			plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
+			goto fail;
+		}
+	}
+	if (cfg->metrics_http[0]) {
+		r = kvt_http_start(p, cfg->metrics_http, &p->http, err, sizeof(err));
+		if (r) {
+			plog(p, KVT_LOG_ERROR, "%s", err);
 			goto fail;
 		}
 	}
@@ -2348,6 +2357,7 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->seqs = p->open_seqs;
 	st->pages = p->live_pages;
 	st->nvme_paused = now_ns() < p->nvme_paused_until;
+	st->metrics_http_port = kvt_http_port(p->http);
 	st->psi_watching = p->psi != NULL;
 	st->psi_ok = p->psi_ok;
 	st->psi_some_avg10 = p->psi_avg10;

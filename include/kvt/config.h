@@ -99,6 +99,10 @@ struct kvt_config {
 	unsigned psi_interval_ms;	/* how often it is read, 10..60000 */
 	uint64_t host_floor;		/* bytes the host tier keeps (0: 2 frames) */
 
+	/* Metrics over HTTP: "127.0.0.1:9187" serves GET /metrics there
+	 * (loopback addresses only; port 0 = any free port); "" = off. */
+	char	 metrics_http[64];
+
 	/* Device (used by tools that open the device from a config) */
 	char	 device[32];		/* "cpu", "cuda" or "auto" */
 	double	 copy_gbps;		/* cpu device: copy bandwidth cap, 0 = none */

@@ -159,6 +159,7 @@ struct kvt_stats {
 	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
 	uint64_t meta_bytes;		/* the pager's own bookkeeping (page table,
 					 * frame maps, policy metadata) */
+	int	 metrics_http_port;	/* port of the metrics endpoint, 0 = none */
 	/* Memory pressure (psi.*): */
 	int	 psi_watching;		/* 1 if the watcher runs */
 	int	 psi_ok;		/* 1 if its last reading of psi.path worked */
