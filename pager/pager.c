@@ -1026,7 +1026,9 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 			frame_offline(t, f);
 		t->owner[f] = NO_PAGE;
 	}
-	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->online);
+	/* Sized for every frame reserved: the pages resident never exceed
+	 * the capacity a policy was given, whatever the live capacity. */
+	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
 	if (r) {
 		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
 		t->pst = NULL;
@@ -2114,9 +2116,6 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 
 	if (!pol)
 		return set_fail(err, errlen, -EINVAL, "%s = %s: no such policy", key, spec);
-	pthread_mutex_lock(&p->lock);
-	uint32_t online = t->online;	/* what the new policy is sized for */
-	pthread_mutex_unlock(&p->lock);
 	meta = calloc((size_t)t->nframes + 1, pol->meta_size ? pol->meta_size : 1);
 	order = malloc(((size_t)t->nframes + 1) * sizeof(*order));
 	if (!meta || !order) {
@@ -2124,7 +2123,7 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 		free(order);
 		return set_fail(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
 	}
-	r = pol->init(&pst, kvt_policy_params(spec), online);
+	r = pol->init(&pst, kvt_policy_params(spec), t->nframes);
 	if (r) {
 		free(meta);
 		free(order);
