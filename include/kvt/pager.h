@@ -176,7 +176,8 @@ int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st);
 int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len);
 /* The Prometheus text exposition (format 0.0.4; docs/metrics.md lists the
  * metrics). Returns its length, or -ENOSPC if buf is too small; writes
- * nothing past len. */
+ * nothing past len. A pager opened with metrics.http set serves it itself
+ * at http://ADDR/metrics (loopback only; kvt_stats.metrics_http_port). */
 int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len);
 
 const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
