@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,12 +144,32 @@ static inline uint32_t debt(const struct tier *t)
 	return t->nframes - t->online - t->noff;
 }
 
-/* A frame leaves service: its free-map bit is clear (allocated or free,
- * see frame_take). */
+/* A frame leaves service: its free-map bit is clear and no page owns it,
+ * so nothing reads or writes it until it comes back; where the tier may,
+ * its memory goes back to the kernel (a later write faults in a zeroed
+ * page). A failure leaves the memory as it was. */
 static void frame_offline(struct tier *t, uint32_t f)
 {
 	t->offmap[f / 64] |= 1ull << (f % 64);
 	t->noff++;
+	if (t->release) {
+		void *a = t->base + (uint64_t)f * t->stride;
+		if (t->relock)
+			munlock(a, t->stride);
+		if (madvise(a, t->stride, MADV_DONTNEED) && t->relock)
+			mlock(a, t->stride);
+	}
+}
+
+/* An offline frame comes back into service (free). */
+static void frame_online(struct tier *t, uint32_t f)
+{
+	t->offmap[f / 64] &= ~(1ull << (f % 64));
+	t->noff--;
+	if (t->release && t->relock)
+		mlock(t->base + (uint64_t)f * t->stride, t->stride);	/* faults it in */
+	t->freemap[f / 64] |= 1ull << (f % 64);
+	t->nfree++;
 }
 
 /* While a shrink is being paid, a frame that comes free goes offline. */
@@ -1174,6 +1195,14 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		kvt_nvme_info(p->nvme, &p->nvme_info);
 	}
 
+	/* The memory of offline host frames can go back to the kernel unless
+	 * something holds it: buffers registered with io_uring (their pages
+	 * stay pinned: a read would land in pages we no longer map), a
+	 * device's registration, or hugetlb pages (released only whole). */
+	p->t[KVT_TIER_HOST].release = p->host.hugepages != KVT_HUGE_HUGETLB &&
+				      !dev->ops->register_host &&
+				      !(p->nvme && p->nvme_info.registered_buffers);
+	p->t[KVT_TIER_HOST].relock = p->host.mlocked != 0;
 	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, frames[KVT_TIER_FAST] * pb, p->fast_mem);
 	if (!r)
 		r = tier_init(p, KVT_TIER_HOST, p->host.bytes, frames[KVT_TIER_HOST] * pb,
@@ -2179,13 +2208,8 @@ static void tier_resize(struct kvt_pager *p, int ti, uint32_t n)
 		t->online = n;
 		t->st.grows++;
 		for (uint32_t w = 0; w < nw && t->online + t->noff > t->nframes; w++)
-			while (t->offmap[w] && t->online + t->noff > t->nframes) {
-				uint32_t f = w * 64 + (uint32_t)__builtin_ctzll(t->offmap[w]);
-				t->offmap[w] &= ~(1ull << (f % 64));
-				t->noff--;
-				t->freemap[w] |= 1ull << (f % 64);
-				t->nfree++;
-			}
+			while (t->offmap[w] && t->online + t->noff > t->nframes)
+				frame_online(t, w * 64 + (uint32_t)__builtin_ctzll(t->offmap[w]));
 	}
 	tier_marks(p, ti);
 	t->retry_ns = 0;
@@ -2357,6 +2381,7 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	st->pages = p->live_pages;
 	st->nvme_paused = now_ns() < p->nvme_paused_until;
 	st->metrics_http_port = kvt_http_port(p->http);
+	st->host_releases = p->t[KVT_TIER_HOST].release;
 	st->psi_watching = p->psi != NULL;
 	st->psi_ok = p->psi_ok;
 	st->psi_some_avg10 = p->psi_avg10;

@@ -79,9 +79,9 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	put_str(&o, st->nvme_notes);
 	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
 	put(&o, "},\"host\":{\"hugepages\":\"%s\",\"mlocked\":%d,\"numa_node\":%d,"
-		"\"overhead_bytes\":%llu,\"notes\":",
+		"\"overhead_bytes\":%llu,\"releases\":%d,\"notes\":",
 	    huge[st->host_hugepages & 3], st->host_mlocked, st->host_numa_node,
-	    (unsigned long long)st->host_overhead_bytes);
+	    (unsigned long long)st->host_overhead_bytes, st->host_releases);
 	put_str(&o, st->host_notes);
 	uint64_t h = st->psi_some_avg10 > 0 && st->psi_some_avg10 <= 100 ?
 		     (uint64_t)(st->psi_some_avg10 * 100 + 0.5) : 0;

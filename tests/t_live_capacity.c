@@ -13,11 +13,14 @@
  * metrics show capacity, online and reserved frames, watermarks follow.
  * Then, for host_in_place 0 and 1, two threads verify every byte of 4
  * sequences (with unsealed tails pinned in the fast tier) while a third
- * shrinks and grows both tiers at random. Afterwards every shrink
+ * shrinks and grows both tiers at random; once more without NVMe, where
+ * the memory of offline host frames goes back to the kernel (mincore
+ * says so in the case at rest). Afterwards every shrink
  * completes, every page verifies, nothing is lost, the invariants hold.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include "common.h"
@@ -130,8 +133,36 @@ static void verify_all(void)
 		CHECK_EQ(t_verify_seq(P, seqs[i], &cfg, 300 + i, 0), LAYERS * NPG);
 }
 
+/* Offline host frames whose memory went back to the kernel are not
+ * resident (mincore); returns how many offline frames were looked at. */
+static unsigned offline_not_resident(struct kvt_pager *p)
+{
+	struct tier *t = &p->t[KVT_TIER_HOST];
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (uint32_t f = 0; f < t->nframes; f++) {
+		if (!(t->offmap[f / 64] >> (f % 64) & 1))
+			continue;
+		unsigned char vec[64];
+		size_t pages = t->stride / (size_t)pg;
+		CHECK(pages <= sizeof(vec));
+		CHECK(mincore(t->base + (uint64_t)f * t->stride, t->stride, vec) == 0);
+		for (size_t i = 0; i < pages; i++)
+			if (vec[i] & 1) {
+				fprintf(stderr, "offline host frame %u is still resident\n", f);
+				exit(1);
+			}
+		n++;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 /* A pager without NVMe: the host tier is the last one, so its sole
- * copies cannot leave it. */
+ * copies cannot leave it. Without NVMe nothing is registered with
+ * io_uring, so the memory of offline host frames goes back to the kernel. */
 static void no_nvme(void)
 {
 	struct kvt_config c2;
@@ -142,6 +173,7 @@ static void no_nvme(void)
 	char v[32];
 
 	t_config(&c2, 1, 8, 16, 0);
+	c2.host_hugepages = KVT_HUGE_OFF;	/* 4 KiB pages: released frame by frame */
 	p = t_open(&c2, &dev);
 	uint64_t pb = kvt_pager_page_bytes(p);
 	CHECK_EQ(kvt_seq_open(p, &s), 0);
@@ -156,6 +188,8 @@ static void no_nvme(void)
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
 	CHECK_EQ(st.tier[KVT_TIER_HOST].capacity, 13);
 	CHECK(st.tier[KVT_TIER_HOST].used <= 13);
+	CHECK_EQ(st.host_releases, 1);
+	CHECK_EQ(offline_not_resident(p), 3);
 	CHECK_EQ(t_verify_seq(p, s, &c2, 9, 0), 20);
 	t_check_inv(p);
 	snprintf(v, sizeof(v), "%llu", (unsigned long long)(16 * pb));
@@ -239,6 +273,7 @@ static void *reader(void *arg)
 }
 
 static unsigned long changes, refusals;
+static unsigned host_lo, host_hi;	/* the changer's range for the host tier */
 
 static void *changer(void *arg)
 {
@@ -253,7 +288,7 @@ static void *changer(void *arg)
 		int ti = (int)rnd(&rng, 2);
 		/* fast: above the 16 tails plus room for two readers' batches */
 		unsigned n = ti == KVT_TIER_FAST ? 24 + rnd(&rng, FAST_MAX - 24 + 1)
-						 : 2 + rnd(&rng, HOST_MAX - 2 + 1);
+						 : host_lo + rnd(&rng, host_hi - host_lo + 1);
 		char key[64];
 		struct kvt_stats st;
 
@@ -276,27 +311,37 @@ static void *changer(void *arg)
 	return NULL;
 }
 
-static void under_load(int in_place)
+/* nvme: with an NVMe tier (host HOST of HOST_MAX frames), else without
+ * one: the host tier then holds every sealed page (176 of them; 192 of
+ * 208 frames at open, the changer keeps it at 184 or more), and the
+ * memory of its offline frames goes back to the kernel. */
+static void under_load(int in_place, int nvme)
 {
+	unsigned host = nvme ? HOST : 192, host_max = nvme ? HOST_MAX : 208;
 	struct kvt_device *dev;
 	struct kvt_stats st;
 	pthread_t rd[NREAD], ch;
 
-	t_config(&cfg, LAYERS, FAST, HOST, 2000);
+	t_config(&cfg, LAYERS, FAST, host, nvme ? 2000 : 0);
 	cfg.tier[KVT_TIER_FAST].max_bytes = FAST_MAX * kvt_config_page_bytes(&cfg);
-	cfg.tier[KVT_TIER_HOST].max_bytes = HOST_MAX * kvt_config_page_bytes(&cfg);
+	cfg.tier[KVT_TIER_HOST].max_bytes = host_max * kvt_config_page_bytes(&cfg);
 	cfg.host_in_place = in_place;
+	host_lo = nvme ? 2 : 184;
+	host_hi = host_max;
 	P = t_open(&cfg, &dev);
 	CHECK_EQ(kvt_pager_stats(P, &st), 0);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].capacity, FAST);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].online, FAST);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].reserved, FAST_MAX);
-	CHECK_EQ(st.tier[KVT_TIER_HOST].reserved, HOST_MAX);
+	CHECK_EQ(st.tier[KVT_TIER_HOST].reserved, host_max);
+	/* Pages registered with io_uring must never be given back. */
+	if (st.nvme_registered_buffers)
+		CHECK_EQ(st.host_releases, 0);
 	for (unsigned i = 0; i < NSEQ; i++) {
 		CHECK(kvt_seq_open(P, &seqs[i]) == 0);
 		t_append(P, seqs[i], &cfg, 300 + i, 0, TOKENS);
 	}
-	if (!in_place)
+	if (!in_place && nvme)
 		still();
 
 	stop = 0;
@@ -323,8 +368,8 @@ static void under_load(int in_place)
 		CHECK(st.tier[ti].used <= st.tier[ti].capacity);
 	CHECK(st.tier[KVT_TIER_FAST].shrinks + st.tier[KVT_TIER_HOST].shrinks > 0);
 	CHECK(st.tier[KVT_TIER_FAST].grows + st.tier[KVT_TIER_HOST].grows > 0);
-	printf("host_in_place=%d: %lu changes, %lu refused, %lu sequence passes\n", in_place,
-	       changes, refusals, passes);
+	printf("host_in_place=%d%s: %lu changes, %lu refused, %lu sequence passes\n", in_place,
+	       nvme ? "" : ", no nvme", changes, refusals, passes);
 	for (unsigned i = 0; i < NSEQ; i++)
 		CHECK(kvt_seq_close(P, seqs[i]) == 0);
 	t_close(P, dev);
@@ -333,7 +378,8 @@ static void under_load(int in_place)
 int main(void)
 {
 	no_nvme();
-	under_load(0);
-	under_load(1);
+	under_load(0, 1);
+	under_load(1, 1);
+	under_load(0, 0);
 	return 0;
 }

@@ -182,6 +182,7 @@ static void fill(struct kvt_stats *st)
 	st->host_overhead_bytes = 2 << 20;
 	st->meta_bytes = 123456;
 	st->psi_watching = 1;
+	st->host_releases = 1;
 	st->psi_ok = 1;
 	st->psi_some_avg10 = 12.5;
 	st->psi_shrinks = 3;
@@ -245,6 +246,7 @@ static void t_filled(int arg)
 	has_line("kvt_stall_seconds_total 2.5");
 	has_line("kvt_nvme_paused 1");
 	has_line("kvt_memory_pressure_watching 1");
+	has_line("kvt_host_releases 1");
 	has_line("kvt_memory_pressure_reading_ok 1");
 	has_line("kvt_memory_pressure_some_avg10_ratio 0.125");
 	has_line("kvt_memory_pressure_shrinks_total 3");

@@ -157,6 +157,8 @@ struct kvt_stats {
 	int	 host_mlocked;
 	int	 host_numa_node;	/* node obtained, or KVT_NUMA_ANY/INTERLEAVE */
 	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
+	int	 host_releases;		/* 1 if the memory of offline host frames
+					 * goes back to the kernel (docs/config.md) */
 	uint64_t meta_bytes;		/* the pager's own bookkeeping (page table,
 					 * frame maps, policy metadata) */
 	int	 metrics_http_port;	/* port of the metrics endpoint, 0 = none */
