@@ -78,8 +78,6 @@ struct tier {
 	uint64_t *offmap;		/* bit set = frame offline */
 	uint8_t	 release;		/* host: offline frames' memory goes back
 					 * to the kernel (nothing else pins it) */
-	uint8_t	 relock;		/* host: the arena is mlocked: lock a frame
-					 * again when it comes back */
 	uint64_t stride;		/* bytes from one frame to the next */
 	uint8_t	*base;			/* frame 0 (NULL for nvme: file offsets) */
 	uint64_t *freemap;		/* bit set = frame free */

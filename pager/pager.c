@@ -152,13 +152,8 @@ static void frame_offline(struct tier *t, uint32_t f)
 {
 	t->offmap[f / 64] |= 1ull << (f % 64);
 	t->noff++;
-	if (t->release) {
-		void *a = t->base + (uint64_t)f * t->stride;
-		if (t->relock)
-			munlock(a, t->stride);
-		if (madvise(a, t->stride, MADV_DONTNEED) && t->relock)
-			mlock(a, t->stride);
-	}
+	if (t->release)
+		(void)madvise(t->base + (uint64_t)f * t->stride, t->stride, MADV_DONTNEED);
 }
 
 /* An offline frame comes back into service (free). */
@@ -166,8 +161,6 @@ static void frame_online(struct tier *t, uint32_t f)
 {
 	t->offmap[f / 64] &= ~(1ull << (f % 64));
 	t->noff--;
-	if (t->release && t->relock)
-		mlock(t->base + (uint64_t)f * t->stride, t->stride);	/* faults it in */
 	t->freemap[f / 64] |= 1ull << (f % 64);
 	t->nfree++;
 }
@@ -1198,11 +1191,13 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	/* The memory of offline host frames can go back to the kernel unless
 	 * something holds it: buffers registered with io_uring (their pages
 	 * stay pinned: a read would land in pages we no longer map), a
-	 * device's registration, or hugetlb pages (released only whole). */
+	 * device's registration, hugetlb pages (released only whole), or
+	 * mlock (unlocking frame by frame would split the mapping into as
+	 * many pieces as there are runs of offline frames, up to the
+	 * system's limit on mappings). */
 	p->t[KVT_TIER_HOST].release = p->host.hugepages != KVT_HUGE_HUGETLB &&
-				      !dev->ops->register_host &&
+				      !p->host.mlocked && !dev->ops->register_host &&
 				      !(p->nvme && p->nvme_info.registered_buffers);
-	p->t[KVT_TIER_HOST].relock = p->host.mlocked != 0;
 	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, frames[KVT_TIER_FAST] * pb, p->fast_mem);
 	if (!r)
 		r = tier_init(p, KVT_TIER_HOST, p->host.bytes, frames[KVT_TIER_HOST] * pb,

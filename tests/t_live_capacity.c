@@ -174,6 +174,7 @@ static void no_nvme(void)
 
 	t_config(&c2, 1, 8, 16, 0);
 	c2.host_hugepages = KVT_HUGE_OFF;	/* 4 KiB pages: released frame by frame */
+	c2.host_mlock = KVT_OFF;		/* locked memory is kept */
 	p = t_open(&c2, &dev);
 	uint64_t pb = kvt_pager_page_bytes(p);
 	CHECK_EQ(kvt_seq_open(p, &s), 0);
@@ -326,6 +327,8 @@ static void under_load(int in_place, int nvme)
 	cfg.tier[KVT_TIER_FAST].max_bytes = FAST_MAX * kvt_config_page_bytes(&cfg);
 	cfg.tier[KVT_TIER_HOST].max_bytes = host_max * kvt_config_page_bytes(&cfg);
 	cfg.host_in_place = in_place;
+	if (!nvme)
+		cfg.host_mlock = KVT_OFF;	/* so offline frames are released */
 	host_lo = nvme ? 2 : 184;
 	host_hi = host_max;
 	P = t_open(&cfg, &dev);
@@ -334,8 +337,8 @@ static void under_load(int in_place, int nvme)
 	CHECK_EQ(st.tier[KVT_TIER_FAST].online, FAST);
 	CHECK_EQ(st.tier[KVT_TIER_FAST].reserved, FAST_MAX);
 	CHECK_EQ(st.tier[KVT_TIER_HOST].reserved, host_max);
-	/* Pages registered with io_uring must never be given back. */
-	if (st.nvme_registered_buffers)
+	/* Pages registered with io_uring or locked are never given back. */
+	if (st.nvme_registered_buffers || st.host_mlocked)
 		CHECK_EQ(st.host_releases, 0);
 	for (unsigned i = 0; i < NSEQ; i++) {
 		CHECK(kvt_seq_open(P, &seqs[i]) == 0);
