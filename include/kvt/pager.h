@@ -58,7 +58,9 @@ void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out);
  * use) and tier.{fast,host}.bytes (the live capacity, at most what was
  * reserved at open: tier.X.max_bytes, else bytes; a shrink returns at
  * once and the migration thread demotes what lives in the frames going
- * offline: kvt_tier_stats.online falls to capacity when it is done).
+ * offline: kvt_tier_stats.online falls to capacity when it is done),
+ * tier.host.floor, and psi.threshold where the memory-pressure watcher
+ * was started at open (docs/config.md).
  * Returns 0, -EINVAL for an unknown key, a bad value or a policy that
  * does not exist or refuses its parameters, -EPERM for a key that only
  * takes effect at open, -ERANGE for a capacity above the reservation,
