@@ -31,6 +31,7 @@
 #include <sys/types.h>
 #include <ini.h>
 #include <kvt/config.h>
+#include "pager/http.h"
 
 #define KVT_API __attribute__((visibility("default")))
 
@@ -109,7 +110,10 @@ static const struct key keys[] = {
 	UINT("geometry.page_tokens", page_tokens, 1, 4096),
 	ENUM("geometry.dtype", dtype_bytes, dtype_syms),
 	TIER("tier.fast", KVT_TIER_FAST),
+	SIZE("tier.fast.max_bytes", tier[KVT_TIER_FAST].max_bytes, 0, UINT64_MAX, 0),
 	TIER("tier.host", KVT_TIER_HOST),
+	SIZE("tier.host.max_bytes", tier[KVT_TIER_HOST].max_bytes, 0, UINT64_MAX, 0),
+	SIZE("tier.host.floor", host_floor, 0, UINT64_MAX, 0),
 	TIER("tier.nvme", KVT_TIER_NVME),
 	STR("nvme.path", T_PATH, nvme_path, NULL),
 	ENUM("nvme.direct", nvme_direct, tristate_syms),
@@ -121,6 +125,10 @@ static const struct key keys[] = {
 	UINT("host.prefault_threads", host_prefault_threads, 0, 64),
 	ENUM("access.host_in_place", host_in_place, bool_syms),
 	UINT("access.prefetch_depth", prefetch_depth, 0, 64),
+	STR("psi.path", T_PATH, psi_path, NULL),
+	{ "psi.threshold", T_DOUBLE, OFF(psi_threshold), 0, 0, 100, 0, NULL, 0 },
+	UINT("psi.interval_ms", psi_interval_ms, 10, 60000),
+	STR("metrics.http", T_PATH, metrics_http, NULL),
 	STR("device.name", T_NAME, device, device_syms),
 	{ "device.copy_gbps", T_DOUBLE, OFF(copy_gbps), 0, 0, 10000, 0, NULL, 0 },
 };
@@ -580,6 +588,10 @@ KVT_API void kvt_config_default(struct kvt_config *cfg)
 	cfg->host_prefault_threads = 0;
 	cfg->host_in_place = 0;
 	cfg->prefetch_depth = 2;
+	strcpy(cfg->psi_path, "/proc/pressure/memory");
+	cfg->psi_threshold = 0;
+	cfg->psi_interval_ms = 1000;
+	cfg->host_floor = 0;
 	strcpy(cfg->device, "auto");
 	cfg->copy_gbps = 0;
 }
@@ -640,6 +652,27 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 				    "%s: wm_min = %u, wm_low = %u, wm_high = %u: must be "
 				    "wm_min <= wm_low <= wm_high", tier_sec[t],
 				    tc->wm_min, tc->wm_low, tc->wm_high);
+	}
+	for (t = KVT_TIER_FAST; t <= KVT_TIER_HOST; t++) {
+		const struct kvt_tier_config *tc = &cfg->tier[t];
+
+		if (!tc->max_bytes || tc->max_bytes >= tc->bytes)
+			continue;
+		fmt_size(tc->max_bytes, a, sizeof(a));
+		fmt_size(tc->bytes, b, sizeof(b));
+		return fail(err, errlen, -EINVAL,
+			    "%s.max_bytes = %s: must be 0 or at least %s.bytes = %s",
+			    tier_sec[t], a, tier_sec[t], b);
+	}
+	if (cfg->tier[KVT_TIER_NVME].max_bytes)
+		return fail(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
+	if (cfg->metrics_http[0]) {
+		struct sockaddr_storage sa;
+		socklen_t salen;
+
+		rc = kvt_http_addr(cfg->metrics_http, &sa, &salen, err, errlen);
+		if (rc)
+			return rc;
 	}
 	page = kvt_config_page_bytes(cfg);
 	if (!page || page % PAGE_ALIGN)

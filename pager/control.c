@@ -216,12 +216,13 @@ static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_stats *ts = &st->tier[t];
 
-		out_fmt(c, "%s: used %llu/%llu frames (%.1f/%.1f MiB), hits %llu, misses %llu, "
-			"bytes in %llu, bytes out %llu",
+		out_fmt(c, "%s: used %llu/%llu frames (%.1f/%.1f MiB), online %llu of %llu reserved, "
+			"hits %llu, misses %llu, bytes in %llu, bytes out %llu",
 			kvt_tier_name(t), (unsigned long long)ts->used,
 			(unsigned long long)ts->capacity,
 			(double)(ts->used * ts->frame_bytes) / (1 << 20),
 			(double)(ts->capacity * ts->frame_bytes) / (1 << 20),
+			(unsigned long long)ts->online, (unsigned long long)ts->reserved,
 			(unsigned long long)ts->hits, (unsigned long long)ts->misses,
 			(unsigned long long)ts->bytes_in, (unsigned long long)ts->bytes_out);
 	}
@@ -229,6 +230,20 @@ static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
 		(unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_hit,
 		(unsigned long long)st->prefetch_late, (unsigned long long)st->prefetch_wasted,
 		(unsigned long long)st->prefetch_dropped);
+	if (st->psi_watching) {
+		uint64_t h = st->psi_some_avg10 > 0 && st->psi_some_avg10 <= 100 ?
+			     (uint64_t)(st->psi_some_avg10 * 100 + 0.5) : 0;
+		char lim[48] = "none";
+
+		if (st->host_limit_bytes)
+			snprintf(lim, sizeof(lim), "%llu frames",
+				 (unsigned long long)(st->host_limit_bytes /
+						      st->tier[KVT_TIER_HOST].frame_bytes));
+		out_fmt(c, "memory pressure: some avg10 %llu.%02llu%%%s, host limit %s, "
+			"shrinks %llu, grows %llu", (unsigned long long)(h / 100),
+			(unsigned long long)(h % 100), st->psi_ok ? "" : " (no reading)", lim,
+			(unsigned long long)st->psi_shrinks, (unsigned long long)st->psi_grows);
+	}
 	out_fmt(c, "seqs %llu, pages %llu, acquires %llu, lost pages %llu, io errors %llu",
 		(unsigned long long)st->seqs, (unsigned long long)st->pages,
 		(unsigned long long)st->acquires, (unsigned long long)st->lost_pages,

@@ -60,9 +60,25 @@ struct page {
 	uint32_t seq, layer, index;	/* who created it, for the policies */
 };
 
+/*
+ * Live capacity: nframes frames are reserved at open (tier.X.max_bytes, or
+ * bytes); `online` of them are in service. The others are offline: out of
+ * the free map, never allocated, marked in offmap. A shrink takes free
+ * frames offline at once; the rest of the shrink (nframes - online - noff
+ * frames, the "debt") is paid by frame_free, which takes a frame offline
+ * instead of freeing it while the debt lasts, and the migration thread
+ * evicts pages until it is paid. A grow pays the debt off first, then
+ * brings offline frames back. No page ever moves between frames of one
+ * tier, so a pinned page stays where its views point.
+ */
 struct tier {
 	int	 id;
 	uint32_t nframes, nfree;
+	uint32_t online;		/* frames in service: the live capacity */
+	uint32_t noff;			/* frames offline now */
+	uint64_t *offmap;		/* bit set = frame offline */
+	uint8_t	 release;		/* host: offline frames' memory goes back
+					 * to the kernel (nothing else pins it) */
 	uint64_t stride;		/* bytes from one frame to the next */
 	uint8_t	*base;			/* frame 0 (NULL for nvme: file offsets) */
 	uint64_t *freemap;		/* bit set = frame free */
@@ -151,6 +167,12 @@ struct kvt_pager {
 	uint32_t	moving;		/* pages in flight on the migration thread */
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
+	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
+	struct kvt_psi	*psi;		/* the memory-pressure watcher, or NULL */
+	struct kvt_http	*http;		/* the metrics endpoint, or NULL */
+	double		psi_avg10;	/* its last reading */
+	int		psi_ok;		/* the last reading worked */
+	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */
 
 	struct kvt_stats st;		/* counters not kept per tier */
 
@@ -171,6 +193,18 @@ struct kvt_pager {
 
 /* pager.c */
 int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
+/* Limit the host tier to n frames under memory pressure (UINT32_MAX: no
+ * limit); its capacity is the smaller of that and tier.host.bytes. Lock
+ * held. 0, or the refusal of a shrink that the pinned pages or the pages
+ * with nowhere else to go do not allow (nothing changes then). */
+int  kvt_host_limit(struct kvt_pager *p, uint32_t n);
+
+/* psi.c: the memory-pressure watcher thread (started at open when
+ * psi.threshold > 0 and psi.path is set; stopped first at close). */
+struct kvt_psi;
+int  kvt_psi_start(struct kvt_pager *p);
+void kvt_psi_stop(struct kvt_pager *p);
+int  kvt_psi_parse(const char *buf, double *avg10);
 
 /* trace.c: the recorder behind kvt_pager_trace_start. kvt_recorder_slot
  * is called under the caller's lock (one appender at a time) and returns

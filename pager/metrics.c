@@ -75,6 +75,7 @@ enum kind {
 	V_NS,		/* a uint64_t of nanoseconds, shown in seconds */
 	V_INT,		/* an int */
 	V_FRAMES,	/* a uint64_t count of frames, shown in bytes (tiers only) */
+	V_PCT,		/* a double of per cent, shown as a ratio (4 decimals) */
 };
 
 struct metric {
@@ -132,14 +133,40 @@ static const struct metric pager_metrics[] = {
 	  S(host_numa_node), V_INT },
 	{ "kvt_host_overhead_bytes", "gauge", "Host memory mapped beyond the configured size.",
 	  S(host_overhead_bytes), V_U64 },
+	{ "kvt_host_releases", "gauge",
+	  "1 if the memory of offline host frames goes back to the kernel, else 0.",
+	  S(host_releases), V_INT },
+	{ "kvt_memory_pressure_watching", "gauge",
+	  "1 if the memory-pressure watcher runs (psi.threshold > 0), else 0.",
+	  S(psi_watching), V_INT },
+	{ "kvt_memory_pressure_reading_ok", "gauge",
+	  "1 if the watcher's last reading of psi.path worked, else 0.", S(psi_ok), V_INT },
+	{ "kvt_memory_pressure_some_avg10_ratio", "gauge",
+	  "The \"some\" avg10 of psi.path at the last reading, as a ratio (0.5 = 50 %).",
+	  S(psi_some_avg10), V_PCT },
+	{ "kvt_memory_pressure_shrinks_total", "counter",
+	  "Times the watcher lowered the host tier's limit.", S(psi_shrinks), V_U64 },
+	{ "kvt_memory_pressure_grows_total", "counter",
+	  "Times the watcher raised the host tier's limit.", S(psi_grows), V_U64 },
+	{ "kvt_host_limit_bytes", "gauge",
+	  "The host tier's limit under memory pressure; 0 when there is none.",
+	  S(host_limit_bytes), V_U64 },
 	{ "kvt_metadata_bytes", "gauge",
 	  "The pager's own bookkeeping: page table, frame maps, policy metadata.",
 	  S(meta_bytes), V_U64 },
 };
 
 static const struct metric tier_metrics[] = {
-	{ "kvt_tier_capacity_bytes", "gauge", "Bytes of frames in the tier.",
+	{ "kvt_tier_capacity_bytes", "gauge", "Bytes of frames the tier may use (its live capacity).",
 	  T(capacity), V_FRAMES },
+	{ "kvt_tier_online_bytes", "gauge",
+	  "Bytes of frames in service: the capacity plus frames a shrink has yet to empty.",
+	  T(online), V_FRAMES },
+	{ "kvt_tier_reserved_bytes", "gauge",
+	  "Bytes of frames reserved at open: the most the capacity can grow to.",
+	  T(reserved), V_FRAMES },
+	{ "kvt_tier_shrinks_total", "counter", "Live capacity changes down.", T(shrinks), V_U64 },
+	{ "kvt_tier_grows_total", "counter", "Live capacity changes up.", T(grows), V_U64 },
 	{ "kvt_tier_used_bytes", "gauge", "Bytes of frames holding a page.", T(used), V_FRAMES },
 	{ "kvt_tier_frame_bytes", "gauge", "Bytes per frame.", T(frame_bytes), V_U64 },
 	{ "kvt_tier_hits_total", "counter", "Page lookups that found the page in this tier.",
@@ -167,9 +194,26 @@ static void put_value(struct out *o, const void *base, const struct metric *m, u
 {
 	const char *p = (const char *)base + m->off;
 	uint64_t u;
+	double d;
 	int i;
 
 	switch (m->kind) {
+	case V_PCT:
+		/* Integers only: the ratio is printed the same in any locale. */
+		memcpy(&d, p, sizeof(d));
+		u = d > 0 && d <= 100 ? (uint64_t)(d * 100 + 0.5) : 0;	/* 1e-4 units */
+		put(o, " %llu", (unsigned long long)(u / 10000));
+		if (u % 10000) {
+			int digits = 4;
+			u %= 10000;
+			while (u % 10 == 0) {
+				u /= 10;
+				digits--;
+			}
+			put(o, ".%0*llu", digits, (unsigned long long)u);
+		}
+		put(o, "\n");
+		return;
 	case V_INT:
 		memcpy(&i, p, sizeof(i));
 		put(o, " %d\n", i);

@@ -15,12 +15,14 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
 
+#include "pager/http.h"
 #include "pager/internal.h"
 
 #define MAX_MOVE	1024	/* pages per promotion batch, at most */
@@ -136,10 +138,42 @@ static uint32_t frame_alloc(struct tier *t)
 	return frame_alloc_run(t, 1, &got);
 }
 
+/* Frames still to be taken offline after a shrink. */
+static inline uint32_t debt(const struct tier *t)
+{
+	return t->nframes - t->online - t->noff;
+}
+
+/* A frame leaves service: its free-map bit is clear and no page owns it,
+ * so nothing reads or writes it until it comes back; where the tier may,
+ * its memory goes back to the kernel (a later write faults in a zeroed
+ * page). A failure leaves the memory as it was. */
+static void frame_offline(struct tier *t, uint32_t f)
+{
+	t->offmap[f / 64] |= 1ull << (f % 64);
+	t->noff++;
+	if (t->release)
+		(void)madvise(t->base + (uint64_t)f * t->stride, t->stride, MADV_DONTNEED);
+}
+
+/* An offline frame comes back into service (free). */
+static void frame_online(struct tier *t, uint32_t f)
+{
+	t->offmap[f / 64] &= ~(1ull << (f % 64));
+	t->noff--;
+	t->freemap[f / 64] |= 1ull << (f % 64);
+	t->nfree++;
+}
+
+/* While a shrink is being paid, a frame that comes free goes offline. */
 static void frame_free(struct tier *t, uint32_t f)
 {
-	t->freemap[f / 64] |= 1ull << (f % 64);
 	t->owner[f] = NO_PAGE;
+	if (debt(t)) {
+		frame_offline(t, f);
+		return;
+	}
+	t->freemap[f / 64] |= 1ull << (f % 64);
 	t->nfree++;
 }
 
@@ -457,10 +491,11 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 	uint32_t wl[MAX_VICTIMS];
 	struct vctx c = { p, ti };
 
-	if (need > t->nframes)
-		need = t->nframes;
-	while (t->nfree < need) {
-		uint32_t want = need - t->nfree;
+	if (need > t->online)
+		need = t->online;
+	/* Pages evicted while a shrink is pending pay its debt first. */
+	while (t->nfree < need || debt(t)) {
+		uint32_t want = need - (need < t->nfree ? need : t->nfree) + debt(t);
 		if (want > MAX_VICTIMS)
 			want = MAX_VICTIMS;
 		size_t nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
@@ -924,9 +959,12 @@ static void *migrate_main(void *arg)
 		}
 		now = now_ns();
 		int worked = 0;
-		for (int ti = 0; ti < p->last; ti++) {
+		/* Below low, or a shrink to finish (the last tier too: it can
+		 * drop clean copies of pages held above). */
+		for (int ti = 0; ti <= p->last; ti++) {
 			struct tier *t = &p->t[ti];
-			if (t->nfree < t->wm_low && now >= t->retry_ns) {
+			if (((ti < p->last && t->nfree < t->wm_low) || debt(t)) &&
+			    now >= t->retry_ns) {
 				if (reclaim(p, ti, t->wm_high, 0) < 0)
 					t->retry_ns = now_ns() + RETRY_NS;
 				worked = 1;
@@ -1013,7 +1051,20 @@ static uint16_t next_tag(void)
 	return (uint16_t)t;
 }
 
-static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
+/* Watermarks in frames, from the per cents and the live capacity. */
+static void tier_marks(struct kvt_pager *p, int ti)
+{
+	struct tier *t = &p->t[ti];
+	const struct kvt_tier_config *tc = &p->cfg.tier[ti];
+
+	t->wm_min = (uint32_t)((uint64_t)t->online * tc->wm_min / 100);
+	t->wm_low = (uint32_t)((uint64_t)t->online * tc->wm_low / 100);
+	t->wm_high = (uint32_t)((uint64_t)t->online * tc->wm_high / 100);
+}
+
+/* bytes reserved, of which `online` bytes in service at open. */
+static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t online,
+		     uint8_t *base)
 {
 	struct tier *t = &p->t[ti];
 	const char *spec = p->cfg.tier[ti].policy;
@@ -1023,7 +1074,10 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
 	t->id = ti;
 	t->stride = p->page_bytes;
 	t->nframes = (uint32_t)(bytes / t->stride);
-	t->nfree = t->nframes;
+	t->online = (uint32_t)(online / t->stride);
+	if (t->online > t->nframes)
+		t->online = t->nframes;
+	t->nfree = t->online;
 	t->base = base;
 	char why[256];
 	t->pol = kvt_policy_load(spec, why, sizeof(why));
@@ -1038,31 +1092,35 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint8_t *base)
 	}
 	nw = (t->nframes + 63) / 64;
 	t->freemap = calloc(nw ? nw : 1, sizeof(uint64_t));
+	t->offmap = calloc(nw ? nw : 1, sizeof(uint64_t));
 	t->owner = malloc(((size_t)t->nframes + 1) * sizeof(uint32_t));
 	t->meta = calloc((size_t)t->nframes + 1, t->pol->meta_size ? t->pol->meta_size : 1);
-	if (!t->freemap || !t->owner || !t->meta)
+	if (!t->freemap || !t->offmap || !t->owner || !t->meta)
 		return -ENOMEM;
 	for (uint32_t f = 0; f < t->nframes; f++) {
-		t->freemap[f / 64] |= 1ull << (f % 64);
+		if (f < t->online)
+			t->freemap[f / 64] |= 1ull << (f % 64);
+		else
+			frame_offline(t, f);
 		t->owner[f] = NO_PAGE;
 	}
+	/* Sized for every frame reserved: the pages resident never exceed
+	 * the capacity a policy was given, whatever the live capacity. */
 	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
 	if (r) {
 		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
 		t->pst = NULL;
 		return r;
 	}
-	const struct kvt_tier_config *tc = &p->cfg.tier[ti];
-	t->wm_min = (uint32_t)((uint64_t)t->nframes * tc->wm_min / 100);
-	t->wm_low = (uint32_t)((uint64_t)t->nframes * tc->wm_low / 100);
-	t->wm_high = (uint32_t)((uint64_t)t->nframes * tc->wm_high / 100);
-	t->st.capacity = t->nframes;
+	tier_marks(p, ti);
 	t->st.frame_bytes = t->stride;
 	return 0;
 }
 
 static void pager_free(struct kvt_pager *p)
 {
+	kvt_http_stop(p->http);
+	kvt_psi_stop(p);
 	if (p->thread_started) {
 		pthread_mutex_lock(&p->lock);
 		p->stop = 1;
@@ -1090,6 +1148,7 @@ static void pager_free(struct kvt_pager *p)
 		if (t->pst)
 			t->pol->destroy(t->pst);
 		free(t->freemap);
+		free(t->offmap);
 		free(t->owner);
 		free(t->meta);
 	}
@@ -1119,7 +1178,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 {
 	struct kvt_pager *p;
 	char err[256];
-	uint64_t pb, frames[KVT_NTIERS];
+	uint64_t pb, frames[KVT_NTIERS], res[KVT_NTIERS];
 	int r;
 
 	if (!cfg || !dev || !out)
@@ -1145,16 +1204,21 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->tok_bytes = (uint64_t)cfg->n_kv_heads * cfg->head_dim * cfg->dtype_bytes;
 	p->target = cfg->host_in_place && dev->ops->host_addressable ? KVT_TIER_HOST
 								       : KVT_TIER_FAST;
-	for (int ti = 0; ti < KVT_NTIERS; ti++)
+	/* frames: in service at open; res: reserved (max_bytes), the most a
+	 * live change may grow the tier to. */
+	for (int ti = 0; ti < KVT_NTIERS; ti++) {
+		uint64_t mb = cfg->tier[ti].max_bytes;
 		frames[ti] = cfg->tier[ti].bytes / pb;
+		res[ti] = (mb > cfg->tier[ti].bytes ? mb : cfg->tier[ti].bytes) / pb;
+	}
 	p->last = frames[KVT_TIER_NVME] ? KVT_TIER_NVME : KVT_TIER_HOST;
-	if (frames[0] + frames[1] + frames[2] >= NO_PAGE) {
-		plog(p, KVT_LOG_ERROR, "too many frames: %llu", (unsigned long long)(frames[0] + frames[1] + frames[2]));
+	if (res[0] + res[1] + res[2] >= NO_PAGE) {
+		plog(p, KVT_LOG_ERROR, "too many frames: %llu", (unsigned long long)(res[0] + res[1] + res[2]));
 		r = -EINVAL;
 		goto fail;
 	}
 
-	p->fast_bytes = frames[KVT_TIER_FAST] * pb;
+	p->fast_bytes = res[KVT_TIER_FAST] * pb;
 	r = dev->ops->alloc(dev->ctx, p->fast_bytes, &p->fast_mem);
 	if (r) {
 		plog(p, KVT_LOG_ERROR, "fast tier: %s cannot allocate %llu bytes: %s",
@@ -1162,11 +1226,11 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		p->fast_mem = NULL;
 		goto fail;
 	}
-	r = kvt_host_arena_open(&p->host, frames[KVT_TIER_HOST] * pb, cfg->host_hugepages,
+	r = kvt_host_arena_open(&p->host, res[KVT_TIER_HOST] * pb, cfg->host_hugepages,
 				cfg->host_mlock, cfg->host_numa_node, cfg->host_prefault_threads);
 	if (r) {
 		plog(p, KVT_LOG_ERROR, "host tier: %llu bytes: %s%s%s",
-		     (unsigned long long)(frames[KVT_TIER_HOST] * pb), strerror(-r),
+		     (unsigned long long)(res[KVT_TIER_HOST] * pb), strerror(-r),
 		     p->host.notes[0] ? ": " : "", p->host.notes);
 		memset(&p->host, 0, sizeof(p->host));
 		goto fail;
@@ -1196,11 +1260,23 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		kvt_nvme_info(p->nvme, &p->nvme_info);
 	}
 
-	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, p->fast_mem);
+	/* The memory of offline host frames can go back to the kernel unless
+	 * something holds it: buffers registered with io_uring (their pages
+	 * stay pinned: a read would land in pages we no longer map), a
+	 * device's registration, hugetlb pages (released only whole), or
+	 * mlock (unlocking frame by frame would split the mapping into as
+	 * many pieces as there are runs of offline frames, up to the
+	 * system's limit on mappings). */
+	p->t[KVT_TIER_HOST].release = p->host.hugepages != KVT_HUGE_HUGETLB &&
+				      !p->host.mlocked && !dev->ops->register_host &&
+				      !(p->nvme && p->nvme_info.registered_buffers);
+	r = tier_init(p, KVT_TIER_FAST, p->fast_bytes, frames[KVT_TIER_FAST] * pb, p->fast_mem);
 	if (!r)
-		r = tier_init(p, KVT_TIER_HOST, p->host.bytes, p->host.base);
+		r = tier_init(p, KVT_TIER_HOST, p->host.bytes, frames[KVT_TIER_HOST] * pb,
+			      p->host.base);
 	if (!r)
-		r = tier_init(p, KVT_TIER_NVME, frames[KVT_TIER_NVME] * pb, NULL);
+		r = tier_init(p, KVT_TIER_NVME, frames[KVT_TIER_NVME] * pb,
+			      frames[KVT_TIER_NVME] * pb, NULL);
 	if (r)
 		goto fail;
 
@@ -1214,7 +1290,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (mb < fill)
 		mb = fill < frames[KVT_TIER_FAST] / 4 ? fill : frames[KVT_TIER_FAST] / 4;
 	p->move_batch = (uint32_t)(mb > MAX_MOVE ? MAX_MOVE : mb < 8 ? 8 : mb);
-	p->npages = (uint32_t)(frames[0] + frames[1] + frames[2]);
+	p->npages = (uint32_t)(res[0] + res[1] + res[2]);
 	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
 	p->scratch = malloc(MAX_MOVE * sizeof(struct move));
 	p->ios = malloc(MAX_MOVE * sizeof(struct kvt_io));
@@ -1230,11 +1306,26 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		p->free_page = s;
 	}
 	p->free_seq = NO_PAGE;
+	p->psi_frames = UINT32_MAX;
 
 	r = -pthread_create(&p->thread, NULL, migrate_main, p);
 	if (r)
 		goto fail;
 	p->thread_started = 1;
+	if (cfg->psi_threshold > 0 && cfg->psi_path[0]) {
+		r = kvt_psi_start(p);
+		if (r) {
+			plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
+			goto fail;
+		}
+	}
+	if (cfg->metrics_http[0]) {
+		r = kvt_http_start(p, cfg->metrics_http, &p->http, err, sizeof(err));
+		if (r) {
+			plog(p, KVT_LOG_ERROR, "%s", err);
+			goto fail;
+		}
+	}
 	*out = p;
 	return 0;
 fail:
@@ -2214,6 +2305,110 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 	return 0;
 }
 
+/* Set the live capacity of tier ti to n frames (lock held; n checked by
+ * resize_check). A shrink takes free frames offline at once and leaves
+ * the rest to the migration thread (reclaim pays the debt before anything
+ * else); a grow pays off what is left of a shrink, then brings offline
+ * frames back. Watermarks follow the capacity. */
+static void tier_resize(struct kvt_pager *p, int ti, uint32_t n)
+{
+	struct tier *t = &p->t[ti];
+	uint32_t nw = (t->nframes + 63) / 64, got;
+
+	if (n < t->online) {
+		t->online = n;
+		t->st.shrinks++;
+		while (debt(t) && t->nfree)
+			frame_offline(t, frame_alloc_run(t, 1, &got));
+	} else if (n > t->online) {
+		t->online = n;
+		t->st.grows++;
+		for (uint32_t w = 0; w < nw && t->online + t->noff > t->nframes; w++)
+			while (t->offmap[w] && t->online + t->noff > t->nframes)
+				frame_online(t, w * 64 + (uint32_t)__builtin_ctzll(t->offmap[w]));
+	}
+	tier_marks(p, ti);
+	t->retry_ns = 0;
+	pthread_cond_signal(&p->work);
+	/* Frames came back: allocations and batches waiting may go on. */
+	pthread_cond_broadcast(&p->done);
+	p->events++;
+}
+
+/* The capacity tier ti should have: its configured bytes, and for the
+ * host tier no more than the memory-pressure limit (lock held). */
+static void tier_apply(struct kvt_pager *p, int ti)
+{
+	uint64_t n = p->cfg.tier[ti].bytes / p->page_bytes;
+
+	if (ti == KVT_TIER_HOST && n > p->psi_frames)
+		n = p->psi_frames;
+	if (n > p->t[ti].nframes)
+		n = p->t[ti].nframes;
+	tier_resize(p, ti, (uint32_t)n);
+}
+
+/* Whether tier ti can be given n frames (lock held). Refused: more than
+ * were reserved at open (-ERANGE), fewer than 2 (-EINVAL), not more than
+ * the pages pinned or in flight in it (-EBUSY: they cannot leave), or
+ * fewer than the pages that have no copy above it need with the tiers
+ * below (-ENOSPC: they would have nowhere to go). */
+static int resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key,
+			const char *value, char *err, size_t errlen)
+{
+	struct tier *t = &p->t[ti];
+	uint64_t room = n, need = 0, busy = 0;
+
+	if (n > t->nframes)
+		return set_fail(err, errlen, -ERANGE,
+				"%s = %s: %llu frames, above the %u reserved at open "
+				"(tier.%s.max_bytes = %llu bytes)", key, value,
+				(unsigned long long)n, t->nframes, kvt_tier_name(ti),
+				(unsigned long long)t->nframes * t->stride);
+	if (n < 2)
+		return set_fail(err, errlen, -EINVAL, "%s = %s: holds %llu page%s: must hold at "
+				"least 2", key, value, (unsigned long long)n, n == 1 ? "" : "s");
+	for (uint32_t f = 0; f < t->nframes; f++) {
+		uint32_t s = t->owner[f];
+		if (s != NO_PAGE && (p->pages[s].pins || p->pages[s].state == P_MOVING))
+			busy++;
+	}
+	if (n <= busy)
+		return set_fail(err, errlen, -EBUSY, "%s = %s: %llu frames, but %llu pages of the "
+				"%s tier are pinned (sequence tails, batches) or moving: it needs "
+				"more than that", key, value, (unsigned long long)n,
+				(unsigned long long)busy, kvt_tier_name(ti));
+	for (int b = ti + 1; b <= p->last; b++)
+		room += p->t[b].online;
+	for (uint32_t s = 0; s < p->npages; s++) {
+		const struct page *pg = &p->pages[s];
+		need += (pg->state == P_READY || pg->state == P_MOVING) && pg->top >= ti;
+	}
+	if (need > room)
+		return set_fail(err, errlen, -ENOSPC, "%s = %s: %llu pages have no copy above the "
+				"%s tier, and at %llu frames it and the tiers below hold %llu: "
+				"they would have nowhere to go",
+				key, value, (unsigned long long)need, kvt_tier_name(ti),
+				(unsigned long long)n, (unsigned long long)room);
+	return 0;
+}
+
+int kvt_host_limit(struct kvt_pager *p, uint32_t n)
+{
+	uint64_t want = p->cfg.tier[KVT_TIER_HOST].bytes / p->page_bytes;
+
+	if (n < want && n < p->t[KVT_TIER_HOST].online) {
+		char v[24];
+		snprintf(v, sizeof(v), "%u", n);
+		int r = resize_check(p, KVT_TIER_HOST, n, "psi", v, NULL, 0);
+		if (r)
+			return r;
+	}
+	p->psi_frames = n;
+	tier_apply(p, KVT_TIER_HOST);
+	return 0;
+}
+
 /* Change one configuration key while the pager runs. The value is parsed
  * and range-checked by kvt_config_set on a copy of the configuration;
  * what can change live is applied, the rest refused with -EPERM. All or
@@ -2235,6 +2430,15 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 	ti = tier_key(key, &field);
 	if (!strcmp(key, "access.prefetch_depth")) {
 		p->cfg.prefetch_depth = c.prefetch_depth;
+	} else if (!strcmp(key, "tier.host.floor") ||
+		   (!strcmp(key, "psi.threshold") && p->psi)) {
+		/* The watcher reads both at its next reading. */
+		p->cfg.host_floor = c.host_floor;
+		p->cfg.psi_threshold = c.psi_threshold;
+	} else if (!strcmp(key, "psi.threshold")) {
+		r = set_fail(err, errlen, -EPERM, "%s: the memory-pressure watcher was not started "
+			     "at open (psi.threshold was 0 or psi.path empty): restart with it in "
+			     "the config", key);
 	} else if (ti >= 0 && !strcmp(field, "policy")) {
 		pthread_mutex_unlock(&p->lock);
 		return swap_policy(p, ti, key, c.tier[ti].policy, err, errlen);
@@ -2252,14 +2456,18 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 		p->cfg.tier[ti].wm_min = tc->wm_min;
 		p->cfg.tier[ti].wm_low = tc->wm_low;
 		p->cfg.tier[ti].wm_high = tc->wm_high;
-		t->wm_min = (uint32_t)((uint64_t)t->nframes * tc->wm_min / 100);
-		t->wm_low = (uint32_t)((uint64_t)t->nframes * tc->wm_low / 100);
-		t->wm_high = (uint32_t)((uint64_t)t->nframes * tc->wm_high / 100);
+		tier_marks(p, ti);
 		t->retry_ns = 0;
 		/* Reclaim to the new marks; an allocation waiting at the old
 		 * min may now go ahead. */
 		pthread_cond_signal(&p->work);
 		pthread_cond_broadcast(&p->done);
+	} else if (ti >= 0 && ti != KVT_TIER_NVME && !strcmp(field, "bytes")) {
+		r = resize_check(p, ti, c.tier[ti].bytes / p->page_bytes, key, value, err, errlen);
+		if (r)
+			goto out;
+		p->cfg.tier[ti].bytes = c.tier[ti].bytes;
+		tier_apply(p, ti);
 	} else {
 		/* access.host_in_place among them: batches, queued moves and
 		 * prefetched pages are bound to the tier acquire hands back. */
@@ -2295,9 +2503,21 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->trace_records = p->trace_records;
 		st->trace_dropped = p->trace_dropped;
 	}
+	st->metrics_http_port = kvt_http_port(p->http);
+	st->host_releases = p->t[KVT_TIER_HOST].release;
+	st->psi_watching = p->psi != NULL;
+	st->psi_ok = p->psi_ok;
+	st->psi_some_avg10 = p->psi_avg10;
+	st->psi_shrinks = p->psi_shrinks;
+	st->psi_grows = p->psi_grows;
+	st->host_limit_bytes = p->psi_frames == UINT32_MAX ? 0 : (uint64_t)p->psi_frames * p->page_bytes;
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
-		st->tier[ti] = p->t[ti].st;
-		st->tier[ti].used = p->t[ti].nframes - p->t[ti].nfree;
+		const struct tier *t = &p->t[ti];
+		st->tier[ti] = t->st;
+		st->tier[ti].capacity = t->online;
+		st->tier[ti].online = t->nframes - t->noff;
+		st->tier[ti].reserved = t->nframes;
+		st->tier[ti].used = t->nframes - t->nfree - t->noff;
 	}
 	/* The ring's own counters, as the migration thread last copied them
 	 * (it owns the ring and runs it without the lock). */
@@ -2307,7 +2527,7 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		const struct tier *t = &p->t[ti];
 		st->meta_bytes += ((uint64_t)t->nframes + 1) * (sizeof(uint32_t) + t->pol->meta_size) +
-				  ((t->nframes + 63) / 64) * sizeof(uint64_t);
+				  ((t->nframes + 63) / 64) * 2 * sizeof(uint64_t);
 	}
 	pthread_mutex_unlock(&p->lock);
 	st->host_hugepages = p->host.hugepages;
@@ -2437,10 +2657,20 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		struct tier *t = &p->t[ti];
-		uint32_t nfree = 0;
+		uint32_t nfree = 0, noff = 0;
+		if (t->online + t->noff > t->nframes || t->online > t->nframes)
+			BAD("%s: %u frames online, %u offline, %u in all", kvt_tier_name(ti),
+			    t->online, t->noff, t->nframes);
 		for (uint32_t f = 0; f < t->nframes; f++) {
 			int isfree = t->freemap[f / 64] >> (f % 64) & 1;
+			int off = t->offmap[f / 64] >> (f % 64) & 1;
 			nfree += isfree;
+			noff += off;
+			if (off && (isfree || t->owner[f] != NO_PAGE))
+				BAD("%s frame %u: offline but free bit %d, owner %u", kvt_tier_name(ti),
+				    f, isfree, t->owner[f]);
+			if (off)
+				continue;
 			if (isfree != (t->owner[f] == NO_PAGE))
 				BAD("%s frame %u: free bit %d but owner %u", kvt_tier_name(ti), f, isfree, t->owner[f]);
 			if (isfree)
@@ -2453,6 +2683,11 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 		}
 		if (nfree != t->nfree)
 			BAD("%s: %u free frames counted, %u recorded", kvt_tier_name(ti), nfree, t->nfree);
+		if (noff != t->noff)
+			BAD("%s: %u offline frames counted, %u recorded", kvt_tier_name(ti), noff, t->noff);
+		if (debt(t) && t->nfree)
+			BAD("%s: %u frames free while %u are still to go offline", kvt_tier_name(ti),
+			    t->nfree, debt(t));
 	}
 	for (uint32_t s = 0; s < p->npages; s++) {
 		struct page *pg = &p->pages[s];

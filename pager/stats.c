@@ -79,15 +79,27 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	put_str(&o, st->nvme_notes);
 	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
 	put(&o, "},\"host\":{\"hugepages\":\"%s\",\"mlocked\":%d,\"numa_node\":%d,"
-		"\"overhead_bytes\":%llu,\"notes\":",
+		"\"overhead_bytes\":%llu,\"releases\":%d,\"notes\":",
 	    huge[st->host_hugepages & 3], st->host_mlocked, st->host_numa_node,
-	    (unsigned long long)st->host_overhead_bytes);
+	    (unsigned long long)st->host_overhead_bytes, st->host_releases);
 	put_str(&o, st->host_notes);
+	uint64_t h = st->psi_some_avg10 > 0 && st->psi_some_avg10 <= 100 ?
+		     (uint64_t)(st->psi_some_avg10 * 100 + 0.5) : 0;
+	put(&o, "},\"psi\":{\"watching\":%d,\"ok\":%d,\"some_avg10\":%llu.%02llu,",
+	    st->psi_watching, st->psi_ok, (unsigned long long)(h / 100),
+	    (unsigned long long)(h % 100));
+	U("shrinks", st->psi_shrinks);
+	U("grows", st->psi_grows);
+	put(&o, "\"host_limit_bytes\":%llu", (unsigned long long)st->host_limit_bytes);
 	put(&o, "},\"tiers\":{");
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_stats *ts = &st->tier[t];
 		put(&o, "%s\"%s\":{", t ? "," : "", kvt_tier_name(t));
 		U("capacity", ts->capacity);
+		U("online", ts->online);
+		U("reserved", ts->reserved);
+		U("shrinks", ts->shrinks);
+		U("grows", ts->grows);
 		U("used", ts->used);
 		U("frame_bytes", ts->frame_bytes);
 		U("hits", ts->hits);

@@ -110,7 +110,10 @@ static void refusals(void)
 	refused("tier.nvme.policy", "2q:bogus=1", -EINVAL, "tier.nvme.policy");
 	refused("tier.host.policy", "LRU!", -EINVAL, "tier.host.policy");
 	refused("io.depth", "8", -EPERM, "cannot change while the pager runs");
-	refused("tier.fast.bytes", "1M", -EPERM, "cannot change while the pager runs");
+	refused("tier.nvme.bytes", "1M", -EPERM, "cannot change while the pager runs");
+	refused("tier.fast.max_bytes", "1M", -EPERM, "cannot change while the pager runs");
+	refused("tier.fast.bytes", "1M", -ERANGE, "reserved at open");
+	refused("tier.host.bytes", "4K", -EINVAL, "at least 2");
 	refused("access.host_in_place", "1", -EPERM, "cannot change while the pager runs");
 	refused("geometry.layers", "0", -EINVAL, "geometry.layers");
 

@@ -51,6 +51,9 @@ typedef void (*kvt_log_fn)(void *arg, int level, const char *msg);
 
 struct kvt_tier_config {
 	uint64_t bytes;			/* capacity; rounded down to whole frames */
+	uint64_t max_bytes;		/* fast, host: frames reserved at open, the
+					 * most a live change may grow it to;
+					 * 0 = bytes (no growing) */
 	char	 policy[KVT_POLICY_MAX];/* "name" or "name:key=value,..." */
 	/* Watermarks in per cent of the tier's frames kept free (kswapd):
 	 * below low the migration thread demotes in the background until
@@ -87,6 +90,18 @@ struct kvt_config {
 	/* Access */
 	int	 host_in_place;		/* acquire may hand back host-tier pages */
 	unsigned prefetch_depth;	/* layers queued ahead of an acquire */
+
+	/* Memory pressure: the host tier shrinks toward host_floor while the
+	 * "some" avg10 of psi_path is at or above psi_threshold per cent, and
+	 * grows back to tier.host.bytes once it is below half of that. */
+	char	 psi_path[KVT_PATH_MAX];	/* default /proc/pressure/memory */
+	double	 psi_threshold;		/* per cent 0..100; 0 = no watcher */
+	unsigned psi_interval_ms;	/* how often it is read, 10..60000 */
+	uint64_t host_floor;		/* bytes the host tier keeps (0: 2 frames) */
+
+	/* Metrics over HTTP: "127.0.0.1:9187" serves GET /metrics there
+	 * (loopback addresses only; port 0 = any free port); "" = off. */
+	char	 metrics_http[64];
 
 	/* Device (used by tools that open the device from a config) */
 	char	 device[32];		/* "cpu", "cuda" or "auto" */

@@ -53,12 +53,21 @@ void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out);
 /* Change one configuration key ("section.key", as kvt_config_set takes it)
  * while the pager runs. Live: access.prefetch_depth,
  * tier.{fast,host,nvme}.wm_min|wm_low|wm_high (wm_min <= wm_low <= wm_high
- * must hold afterwards) and tier.{fast,host,nvme}.policy (the tier's pages
+ * must hold afterwards), tier.{fast,host,nvme}.policy (the tier's pages
  * stay where they are; the new policy starts with them ranked by last
- * use). Returns 0, -EINVAL for an unknown key, a bad value or a policy
- * that does not exist or refuses its parameters, -EPERM for a key that
- * only takes effect at open (message in err), -ENOMEM. On error nothing
- * changes. kvt_pager_config returns the configuration in force. */
+ * use) and tier.{fast,host}.bytes (the live capacity, at most what was
+ * reserved at open: tier.X.max_bytes, else bytes; a shrink returns at
+ * once and the migration thread demotes what lives in the frames going
+ * offline: kvt_tier_stats.online falls to capacity when it is done),
+ * tier.host.floor, and psi.threshold where the memory-pressure watcher
+ * was started at open (docs/config.md).
+ * Returns 0, -EINVAL for an unknown key, a bad value or a policy that
+ * does not exist or refuses its parameters, -EPERM for a key that only
+ * takes effect at open, -ERANGE for a capacity above the reservation,
+ * -EBUSY for one not above the tier's pinned pages (tails, batches),
+ * -ENOSPC for one that leaves the pages below nowhere to go, -ENOMEM
+ * (message in err). On error nothing changes. kvt_pager_config returns
+ * the configuration in force. */
 int  kvt_pager_set(struct kvt_pager *p, const char *key, const char *value,
 		   char *err, size_t errlen);
 
@@ -123,7 +132,11 @@ int  kvt_pager_drain(struct kvt_pager *p, int tier);
 #define KVT_LAT_BUCKETS 24		/* log2 microsecond buckets: <1us .. >=2^22us */
 
 struct kvt_tier_stats {
-	uint64_t capacity;		/* frames */
+	uint64_t capacity;		/* frames the tier may use (its live capacity) */
+	uint64_t online;		/* frames in service: capacity, plus frames a
+					 * shrink has yet to empty */
+	uint64_t reserved;		/* frames reserved at open (max_bytes) */
+	uint64_t shrinks, grows;	/* live capacity changes, down and up */
 	uint64_t used;			/* frames holding a page */
 	uint64_t frame_bytes;		/* bytes per frame */
 	uint64_t hits, misses;		/* acquires that found / did not find the page here */
@@ -153,8 +166,17 @@ struct kvt_stats {
 	int	 host_mlocked;
 	int	 host_numa_node;	/* node obtained, or KVT_NUMA_ANY/INTERLEAVE */
 	uint64_t host_overhead_bytes;	/* mapped beyond the configured size */
+	int	 host_releases;		/* 1 if the memory of offline host frames
+					 * goes back to the kernel (docs/config.md) */
 	uint64_t meta_bytes;		/* the pager's own bookkeeping (page table,
 					 * frame maps, policy metadata) */
+	int	 metrics_http_port;	/* port of the metrics endpoint, 0 = none */
+	/* Memory pressure (psi.*): */
+	int	 psi_watching;		/* 1 if the watcher runs */
+	int	 psi_ok;		/* 1 if its last reading of psi.path worked */
+	double	 psi_some_avg10;	/* that reading: "some" avg10, per cent */
+	uint64_t psi_shrinks, psi_grows;/* host tier limit changes it made */
+	uint64_t host_limit_bytes;	/* the host tier's limit under pressure, 0 = none */
 	char	 host_notes[256];	/* what the host tier could not get, and why */
 	char	 nvme_notes[256];	/* fallbacks taken by the NVMe tier, and why */
 	struct kvt_tier_stats tier[KVT_NTIERS];
@@ -169,7 +191,8 @@ int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st);
 int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len);
 /* The Prometheus text exposition (format 0.0.4; docs/metrics.md lists the
  * metrics). Returns its length, or -ENOSPC if buf is too small; writes
- * nothing past len. */
+ * nothing past len. A pager opened with metrics.http set serves it itself
+ * at http://ADDR/metrics (loopback only; kvt_stats.metrics_http_port). */
 int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len);
 
 const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */

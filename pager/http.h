@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The metrics endpoint (metrics.http): a thread serving GET /metrics over
+ * HTTP/1.1 on a loopback address. Private to the library.
+ */
+#ifndef KVT_PAGER_HTTP_H
+#define KVT_PAGER_HTTP_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+/* Parse "HOST:PORT" with HOST 127.x.y.z, localhost or [::1] and PORT
+ * 0..65535 (0: any free port). 0 and *sa, or -EINVAL with why (one line)
+ * naming what is wrong: anything but a loopback address is refused. */
+int kvt_http_addr(const char *s, struct sockaddr_storage *sa, socklen_t *salen,
+		  char *why, size_t whylen);
+
+struct kvt_pager;
+struct kvt_http;
+/* Bind, listen, start the thread. 0, or -errno with why filled. */
+int  kvt_http_start(struct kvt_pager *p, const char *addr, struct kvt_http **out,
+		    char *why, size_t whylen);
+/* The port bound (useful with port 0). */
+int  kvt_http_port(const struct kvt_http *h);
+void kvt_http_stop(struct kvt_http *h);
+
+#endif

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The memory-pressure watcher: a thread that reads the "some avg10" of
+ * psi.path (/proc/pressure/memory) every psi.interval_ms and limits the
+ * host tier through the live capacity mechanism (kvt_host_limit): while
+ * avg10 is at or above psi.threshold it takes an eighth of the way
+ * between tier.host.bytes and tier.host.floor off at each reading, down
+ * to the floor; once avg10 is below half the threshold it gives the same
+ * step back at each reading, up to tier.host.bytes. Between the two it
+ * holds.
+ *
+ * On a real PSI file (procfs) it also registers a trigger (stall of
+ * threshold per cent of a 2 s window) and wakes on POLLPRI, so pressure
+ * is acted on without waiting for the next reading; where the kernel
+ * refuses the trigger, or the file is not on procfs (a test's fake file),
+ * it only reads periodically. The file is opened anew at each reading, so
+ * a file replaced by rename is seen.
+ *
+ * A file that cannot be read or parsed is said once through the log
+ * callback; the watcher carries on reading, quietly, and the pager runs
+ * as if there were no pressure.
+ *
+ * Library rules: nothing prints, functions return 0 or -errno.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "pager/internal.h"
+
+#define PROC_MAGIC	0x9fa0		/* PROC_SUPER_MAGIC */
+#define TRIGGER_WIN_US	2000000u	/* unprivileged triggers need a multiple of 2 s */
+
+struct kvt_psi {
+	struct kvt_pager *p;
+	pthread_t th;
+	int efd;			/* eventfd: stop */
+	int tfd;			/* trigger, or -1 */
+	int warned;			/* the reading failed and we said so */
+	char path[KVT_PATH_MAX];
+	unsigned interval_ms;
+};
+
+static void psi_log(struct kvt_pager *p, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void psi_log(struct kvt_pager *p, int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!p->cfg.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	p->cfg.log(p->cfg.log_arg, level, msg);
+}
+
+/* "some avg10=X ..." of the text in buf: 0 and *avg10, or -EINVAL. */
+int kvt_psi_parse(const char *buf, double *avg10)
+{
+	for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		const char *a;
+		char *end;
+
+		if (strncmp(l, "some ", 5))
+			continue;
+		a = strstr(l, " avg10=");
+		if (!a || (strchr(l, '\n') && a > strchr(l, '\n')))
+			return -EINVAL;
+		double v = strtod(a + 7, &end);
+		if (end == a + 7 || (*end != ' ' && *end != '\n' && *end) || !(v >= 0 && v <= 100))
+			return -EINVAL;
+		*avg10 = v;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* Read the file: 0 and *avg10, or -errno with why[] filled. */
+static int read_avg10(struct kvt_psi *w, double *avg10, char *why, size_t len)
+{
+	char buf[512];
+	ssize_t n = 0;
+	int fd = open(w->path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int e = errno;
+		snprintf(why, len, "%s", strerror(e));
+		return -e;
+	}
+	while ((size_t)n < sizeof(buf) - 1) {
+		ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - (size_t)n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			close(fd);
+			snprintf(why, len, "%s", strerror(e));
+			return -e;
+		}
+		if (!r)
+			break;
+		n += r;
+	}
+	close(fd);
+	buf[n] = 0;
+	if (kvt_psi_parse(buf, avg10)) {
+		snprintf(why, len, "no \"some avg10=\" line with a value 0..100");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A trigger where the kernel gives one (procfs only: writing to a plain
+ * file would change it). */
+static void open_trigger(struct kvt_psi *w, double threshold)
+{
+	struct statfs sf;
+	char spec[64];
+	int fd;
+
+	w->tfd = -1;
+	fd = open(w->path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstatfs(fd, &sf) || sf.f_type != PROC_MAGIC) {
+		close(fd);
+		return;
+	}
+	unsigned stall = (unsigned)(threshold / 100.0 * TRIGGER_WIN_US);
+	if (stall < 1000)
+		stall = 1000;
+	int n = snprintf(spec, sizeof(spec), "some %u %u", stall, TRIGGER_WIN_US);
+	if (write(fd, spec, (size_t)n + 1) < 0) {
+		psi_log(w->p, KVT_LOG_INFO, "psi: %s: no trigger (%s): reading every %u ms",
+			w->path, strerror(errno), w->interval_ms);
+		close(fd);
+		return;
+	}
+	w->tfd = fd;
+}
+
+/* One reading and what it asks of the host tier. */
+static void tick(struct kvt_psi *w, int triggered)
+{
+	struct kvt_pager *p = w->p;
+	char why[128];
+	double avg10 = 0;
+	int r = read_avg10(w, &avg10, why, sizeof(why));
+
+	if (r && !w->warned) {
+		psi_log(p, KVT_LOG_WARN, "psi: %s: %s: the host tier will not shrink under "
+			"memory pressure", w->path, why);
+		w->warned = 1;
+	}
+	pthread_mutex_lock(&p->lock);
+	p->psi_ok = !r;
+	p->psi_avg10 = r ? 0 : avg10;
+	uint64_t pb = p->page_bytes;
+	uint64_t top = p->cfg.tier[KVT_TIER_HOST].bytes / pb;
+	uint64_t floor = p->cfg.host_floor / pb;
+	double th = p->cfg.psi_threshold;
+	if (floor < 2)
+		floor = 2;
+	if (top > p->t[KVT_TIER_HOST].nframes)
+		top = p->t[KVT_TIER_HOST].nframes;
+	uint64_t step = top > floor ? (top - floor + 7) / 8 : 1;
+	uint64_t cur = p->psi_frames < top ? p->psi_frames : top;
+	if (!r && th > 0 && (avg10 >= th || triggered) && cur > floor) {
+		uint64_t n = cur > floor + step ? cur - step : floor;
+		/* Not below what the pinned pages and the pages with nowhere
+		 * else to go need: try smaller steps down to one frame. */
+		while (n < cur && kvt_host_limit(p, (uint32_t)n))
+			n += (cur - n + 1) / 2;
+		if (n < cur)
+			p->psi_shrinks++;
+	} else if ((r || th <= 0 || avg10 < th / 2) && p->psi_frames != UINT32_MAX) {
+		uint64_t n = cur + step;
+		if (!kvt_host_limit(p, n >= top ? UINT32_MAX : (uint32_t)n))
+			p->psi_grows++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *watch(void *arg)
+{
+	struct kvt_psi *w = arg;
+
+	tick(w, 0);
+	for (;;) {
+		struct pollfd pfd[2] = {
+			{ .fd = w->efd, .events = POLLIN },
+			{ .fd = w->tfd, .events = POLLPRI },
+		};
+		int n = poll(pfd, w->tfd >= 0 ? 2 : 1, (int)w->interval_ms);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n > 0 && pfd[0].revents)
+			break;
+		int trig = n > 0 && (pfd[1].revents & POLLPRI);
+		if (n > 0 && (pfd[1].revents & (POLLERR | POLLNVAL))) {
+			close(w->tfd);
+			w->tfd = -1;
+		}
+		tick(w, trig);
+	}
+	return NULL;
+}
+
+int kvt_psi_start(struct kvt_pager *p)
+{
+	struct kvt_psi *w = calloc(1, sizeof(*w));
+	int r;
+
+	if (!w)
+		return -ENOMEM;
+	w->p = p;
+	w->tfd = -1;
+	snprintf(w->path, sizeof(w->path), "%s", p->cfg.psi_path);
+	w->interval_ms = p->cfg.psi_interval_ms;
+	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->efd < 0) {
+		r = -errno;
+		free(w);
+		return r;
+	}
+	open_trigger(w, p->cfg.psi_threshold);
+	r = -pthread_create(&w->th, NULL, watch, w);
+	if (r) {
+		if (w->tfd >= 0)
+			close(w->tfd);
+		close(w->efd);
+		free(w);
+		return r;
+	}
+	p->psi = w;
+	return 0;
+}
+
+void kvt_psi_stop(struct kvt_pager *p)
+{
+	struct kvt_psi *w = p->psi;
+	uint64_t one = 1;
+
+	if (!w)
+		return;
+	while (write(w->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	pthread_join(w->th, NULL);
+	if (w->tfd >= 0)
+		close(w->tfd);
+	close(w->efd);
+	free(w);
+	p->psi = NULL;
+}
