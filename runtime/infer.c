@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -25,6 +26,8 @@
 struct kvt_session {
 	kvt_seq_t seq;			/* paged path */
 	uint8_t **dk, **dv;		/* dense path: (n_layer) -> (n_ctx, kv_dim) */
+	float	**kb;			/* selector on: (n_layer) -> (max_pages, n_kv_heads,
+					 * 2, head_dim) min and max of each key dim */
 	int32_t *tokens;		/* (len) */
 	unsigned len;
 	float	*logits;		/* (n_vocab), valid when have_logits */
@@ -49,7 +52,12 @@ struct kvt_engine {
 	unsigned kv_dim;		/* n_head_kv * head_dim */
 	unsigned kvb;			/* bytes per K or V value */
 	unsigned max_rows;
-	uint32_t *page_ids;		/* (n_ctx / page_tokens + 1): 0, 1, 2, ... */
+	unsigned max_pages;		/* n_ctx / page_tokens + 2: pages of a layer, at most */
+	uint32_t *page_ids;		/* (max_pages): 0, 1, 2, ... */
+	int	 select;		/* the Quest selector is on */
+	int	 masses;		/* decode rows compute page masses */
+	struct kvt_attn_shape sh1;	/* one row, for the key bounds */
+	struct kvt_engine_stats st;
 
 	/* Scratch for max_rows rows. */
 	float	*x, *xn, *tmp;		/* (rows, n_embd) */
@@ -60,6 +68,21 @@ struct kvt_engine {
 	uint32_t *pos;			/* (rows) */
 	float	*logits;		/* (max_batch, n_vocab) */
 	struct kvt_attn_acc *acc;	/* (nthreads) per-thread partials */
+
+	/* Decode rows (paged path only). */
+	float	*pm, *pl;		/* (max_pages, n_head) each page's partial */
+	float	*mass;			/* (max_pages) */
+	float	*psc;			/* (max_pages) page bounds (selector) */
+	struct cand *cand;		/* (max_pages) selector candidates */
+	uint32_t *sel;			/* (max_pages) pages chosen, ascending */
+	uint8_t	*mark;			/* (max_pages) candidates chosen */
+	float	*krow;			/* (kv_dim) one K row as f32 (key bounds) */
+};
+
+/* A page the selector may take: its bound and index. */
+struct cand {
+	float	 score;
+	uint32_t page;
 };
 
 /* One attention call spread over the pool. */
@@ -67,6 +90,8 @@ struct attn_job {
 	struct kvt_engine *e;
 	struct kvt_session *s;
 	unsigned layer, n_pages, n_tasks;
+	const uint32_t *pages;		/* (n_pages) page indices, ascending */
+	int	 partial;		/* write each page's partial to e->pm, e->pl */
 	const float *q;
 	const uint32_t *qpos;
 	int err;			/* an error of some task (any one), read after the join */
@@ -76,7 +101,90 @@ void kvt_engine_params_default(struct kvt_engine_params *ep)
 {
 	*ep = (struct kvt_engine_params){
 		.n_ctx = 4096, .kv_type = KVT_KV_F16, .chunk = 256, .max_batch = 16,
+		.scores = 1, .select_sink = 1,
 	};
+}
+
+int kvt_select_parse(struct kvt_engine_params *ep, const char *spec, char *err, size_t errlen)
+{
+	unsigned pages = 0, sink = 1;
+	float frac = 0;
+	const char *p;
+
+	if (!strcmp(spec, "full") || !strcmp(spec, "none")) {
+		ep->select_pages = 0;
+		ep->select_frac = 0;
+		ep->select_sink = 1;
+		return 0;
+	}
+	if (strncmp(spec, "quest", 5) || (spec[5] && spec[5] != ':')) {
+		snprintf(err, errlen, "selector \"%s\": expected full or quest:pages=K|frac=F[,sink=N]", spec);
+		return -EINVAL;
+	}
+	for (p = spec[5] ? spec + 6 : spec + 5; *p;) {
+		size_t klen = strcspn(p, "="), vlen;
+		char val[32], *end;
+
+		if (!p[klen]) {
+			snprintf(err, errlen, "selector \"%s\": \"%s\" is not KEY=VALUE", spec, p);
+			return -EINVAL;
+		}
+		vlen = strcspn(p + klen + 1, ",");
+		if (!vlen || vlen >= sizeof(val)) {
+			snprintf(err, errlen, "selector \"%s\": bad value for \"%.*s\"", spec, (int)klen, p);
+			return -EINVAL;
+		}
+		memcpy(val, p + klen + 1, vlen);
+		val[vlen] = 0;
+		errno = 0;
+		if (klen == 5 && !strncmp(p, "pages", 5)) {
+			unsigned long v = strtoul(val, &end, 10);
+
+			if (errno || *end || val[0] == '-' || !v || v > (1ul << 30))
+				goto bad;
+			pages = (unsigned)v;
+		} else if (klen == 4 && !strncmp(p, "sink", 4)) {
+			unsigned long v = strtoul(val, &end, 10);
+
+			if (errno || *end || val[0] == '-' || v > (1ul << 30))
+				goto bad;
+			sink = (unsigned)v;
+		} else if (klen == 4 && !strncmp(p, "frac", 4)) {
+			frac = strtof(val, &end);
+			if (errno || *end || !(frac > 0 && frac <= 1))
+				goto bad;
+		} else {
+			snprintf(err, errlen, "selector \"%s\": unknown key \"%.*s\" (pages, frac, sink)",
+				 spec, (int)klen, p);
+			return -EINVAL;
+		}
+		p += klen + 1 + vlen;
+		if (*p == ',')
+			p++;
+		continue;
+bad:
+		snprintf(err, errlen, "selector \"%s\": \"%s\" is not a valid %.*s (pages >= 1, "
+			 "frac in (0, 1], sink >= 0)", spec, val, (int)klen, p);
+		return -EINVAL;
+	}
+	if (!pages == !(frac > 0)) {
+		snprintf(err, errlen, "selector \"%s\": give one of pages=K and frac=F", spec);
+		return -EINVAL;
+	}
+	ep->select_pages = pages;
+	ep->select_frac = frac;
+	ep->select_sink = sink;
+	return 0;
+}
+
+void kvt_select_format(const struct kvt_engine_params *ep, char *buf, size_t len)
+{
+	if (ep->select_pages)
+		snprintf(buf, len, "quest:pages=%u,sink=%u", ep->select_pages, ep->select_sink);
+	else if (ep->select_frac > 0)
+		snprintf(buf, len, "quest:frac=%g,sink=%u", (double)ep->select_frac, ep->select_sink);
+	else
+		snprintf(buf, len, "full");
 }
 
 void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kvt_config *cfg)
@@ -119,6 +227,10 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, kv type f16 or f32");
 	if (!ep->dense && !pager)
 		return efail(err, errlen, -EINVAL, "engine: no pager");
+	if (ep->select_frac < 0 || ep->select_frac > 1)
+		return efail(err, errlen, -EINVAL, "engine: the selector's fraction must be in (0, 1]");
+	if (ep->dense && (ep->select_pages || ep->select_frac > 0))
+		return efail(err, errlen, -EINVAL, "engine: the page selector needs the pager (not the dense path)");
 	if (!(e = calloc(1, sizeof(*e))))
 		return efail(err, errlen, -ENOMEM, "out of memory");
 	e->m = m;
@@ -166,10 +278,25 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	    !(e->logits = malloc((size_t)ep->max_batch * hp->n_vocab * sizeof(float))))
 		goto nomem;
 	if (e->p) {
-		size_t np = ep->n_ctx / e->page_tokens + 2;
+		size_t np = e->max_pages = ep->n_ctx / e->page_tokens + 2;
 
+		e->select = ep->select_pages || ep->select_frac > 0;
+		e->masses = ep->scores || ep->on_attn;
+		e->sh1 = (struct kvt_attn_shape){
+			.rows = 1, .n_head = hp->n_head, .n_kv_heads = hp->n_head_kv,
+			.head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
+			.kv_type = ep->kv_type,
+		};
 		if (!(e->page_ids = malloc(np * sizeof(uint32_t))) ||
-		    !(e->acc = calloc(e->nthreads, sizeof(*e->acc))))
+		    !(e->acc = calloc(e->nthreads, sizeof(*e->acc))) ||
+		    !(e->pm = malloc(np * hp->n_head * sizeof(float))) ||
+		    !(e->pl = malloc(np * hp->n_head * sizeof(float))) ||
+		    !(e->mass = malloc(np * sizeof(float))) ||
+		    !(e->psc = malloc(np * sizeof(float))) ||
+		    !(e->cand = malloc(np * sizeof(*e->cand))) ||
+		    !(e->sel = malloc(np * sizeof(uint32_t))) ||
+		    !(e->mark = malloc(np)) ||
+		    !(e->krow = malloc(e->kv_dim * sizeof(float))))
 			goto nomem;
 		for (i = 0; i < np; i++)
 			e->page_ids[i] = (uint32_t)i;
@@ -203,6 +330,9 @@ void kvt_engine_free(struct kvt_engine *e)
 			kvt_attn_acc_free(&e->acc[i]);
 	free(e->acc);
 	free(e->page_ids);
+	free(e->pm); free(e->pl); free(e->mass); free(e->psc); free(e->cand); free(e->sel);
+	free(e->mark);
+	free(e->krow);
 	free(e->x); free(e->xn); free(e->tmp); free(e->q); free(e->att);
 	free(e->k); free(e->v); free(e->g); free(e->u); free(e->kh); free(e->vh);
 	free(e->pos); free(e->logits);
@@ -214,9 +344,99 @@ void kvt_engine_free(struct kvt_engine *e)
  * Sessions
  */
 
-static void session_free_dense(struct kvt_engine *e, struct kvt_session *s)
+void kvt_engine_stats(const struct kvt_engine *e, struct kvt_engine_stats *st)
+{
+	*st = e->st;
+}
+
+/* Bytes of one layer's key bounds. */
+static size_t bounds_layer_bytes(const struct kvt_engine *e)
+{
+	return (size_t)e->max_pages * 2 * e->kv_dim * sizeof(float);
+}
+
+/* Fold n K rows (n, kv_dim) in the engine's KV type, at positions pos0
+ * .. pos0 + n - 1, into the session's key bounds of one layer: the rows
+ * as stored, so the bound holds for the keys attention reads. A row that
+ * starts a page starts its bounds afresh. */
+static void bounds_add(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+		       uint32_t pos0, const void *k, unsigned n)
+{
+	const unsigned hd = e->m->hp.head_dim, nkv = e->m->hp.n_head_kv;
+	const size_t pst = 2 * (size_t)e->kv_dim;
+
+	if (!s->kb)
+		return;
+	for (unsigned t = 0; t < n; t++) {
+		uint32_t pos = pos0 + t;
+		float *b = s->kb[layer] + (size_t)(pos / e->page_tokens) * pst;
+		const float *r;
+
+		if (e->ep.kv_type == KVT_KV_F16) {
+			kvt_f16_to_f32(e->krow, (const uint16_t *)k + (size_t)t * e->kv_dim, e->kv_dim);
+			r = e->krow;
+		} else {
+			r = (const float *)k + (size_t)t * e->kv_dim;
+		}
+		for (unsigned g = 0; g < nkv; g++, r += hd) {
+			float *mn = b + (size_t)g * 2 * hd, *mx = mn + hd;
+
+			if (pos % e->page_tokens == 0) {
+				memcpy(mn, r, hd * sizeof(float));
+				memcpy(mx, r, hd * sizeof(float));
+				continue;
+			}
+			for (unsigned i = 0; i < hd; i++) {
+				mn[i] = r[i] < mn[i] ? r[i] : mn[i];
+				mx[i] = r[i] > mx[i] ? r[i] : mx[i];
+			}
+		}
+	}
+}
+
+/* Rebuild the key bounds of pages first .. of every layer from the
+ * pager (a fork's copied tail). 0 or the pager's error. */
+static int bounds_from_pager(struct kvt_engine *e, struct kvt_session *s, uint32_t first)
+{
+	for (unsigned l = 0; s->kb && l < e->m->hp.n_layer; l++) {
+		int np = kvt_seq_pages(e->p, s->seq, l), r, err = 0;
+		struct kvt_batch *b;
+		struct kvt_view vw;
+
+		if (np < 0)
+			return np;
+		if ((uint32_t)np <= first)
+			continue;
+		if ((r = kvt_acquire(e->p, s->seq, l, e->page_ids + first, (unsigned)np - first, &b)))
+			return r;
+		while ((r = kvt_batch_next(b, &vw)) != 0) {
+			if (r < 0) {
+				err = r;
+				continue;
+			}
+			if (vw.ntok)
+				bounds_add(e, s, l, vw.page * e->page_tokens, vw.k, vw.ntok);
+		}
+		kvt_batch_release(b);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* What a session holds besides the pager's pages: the dense K/V, the key
+ * bounds. */
+static void session_free_kv(struct kvt_engine *e, struct kvt_session *s)
 {
 	unsigned l;
+
+	for (l = 0; s->kb && l < e->m->hp.n_layer; l++)
+		if (s->kb[l]) {
+			free(s->kb[l]);
+			e->st.bound_bytes -= bounds_layer_bytes(e);
+		}
+	free(s->kb);
+	s->kb = NULL;
 
 	for (l = 0; s->dk && l < e->m->hp.n_layer; l++)
 		free(s->dk[l]);
@@ -247,11 +467,19 @@ static int session_alloc(struct kvt_engine *e, struct kvt_session **out)
 			if (!(s->dk[l] = malloc(e->ep.n_ctx * row)) ||
 			    !(s->dv[l] = malloc(e->ep.n_ctx * row)))
 				goto nomem;
+	} else if (e->select) {
+		if (!(s->kb = calloc(hp->n_layer, sizeof(*s->kb))))
+			goto nomem;
+		for (l = 0; l < hp->n_layer; l++) {
+			if (!(s->kb[l] = malloc(bounds_layer_bytes(e))))
+				goto nomem;
+			e->st.bound_bytes += bounds_layer_bytes(e);
+		}
 	}
 	*out = s;
 	return 0;
 nomem:
-	session_free_dense(e, s);
+	session_free_kv(e, s);
 	free(s->tokens);
 	free(s->logits);
 	free(s);
@@ -279,7 +507,7 @@ void kvt_session_free(struct kvt_engine *e, struct kvt_session *s)
 		return;
 	if (s->seq)
 		kvt_seq_close(e->p, s->seq);
-	session_free_dense(e, s);
+	session_free_kv(e, s);
 	free(s->tokens);
 	free(s->logits);
 	free(s);
@@ -309,6 +537,17 @@ int kvt_session_fork(struct kvt_engine *e, struct kvt_session *s, unsigned ntok,
 		c->seq = 0;
 		kvt_session_free(e, c);
 		return ret;
+	} else if (c->kb) {
+		/* Whole pages are shared: so are their bounds. A partial page
+		 * was copied short: its bounds are rebuilt from what was. */
+		size_t whole = (size_t)(ntok / e->page_tokens) * 2 * e->kv_dim * sizeof(float);
+
+		for (l = 0; l < e->m->hp.n_layer; l++)
+			memcpy(c->kb[l], s->kb[l], whole);
+		if (ntok % e->page_tokens && (ret = bounds_from_pager(e, c, ntok / e->page_tokens))) {
+			kvt_session_free(e, c);
+			return ret;
+		}
 	}
 	memcpy(c->tokens, s->tokens, ntok * sizeof(int32_t));
 	c->len = ntok;
@@ -345,6 +584,19 @@ int kvt_session_resume(struct kvt_engine *e, struct kvt_session *s)
 }
 
 unsigned kvt_session_len(const struct kvt_session *s) { return s->len; }
+
+static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+			uint8_t *k, uint8_t *v);
+
+int kvt_session_read_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+			void *k, void *v)
+{
+	if (layer >= e->m->hp.n_layer)
+		return -EINVAL;
+	if (s->err)
+		return s->err;
+	return gather_layer(e, s, layer, k, v);
+}
 const int32_t *kvt_session_tokens(const struct kvt_session *s) { return s->tokens; }
 int kvt_session_error(const struct kvt_session *s) { return s->err; }
 
@@ -372,7 +624,7 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 
 	if (a == b)
 		return;
-	r = kvt_acquire(e->p, j->s->seq, j->layer, e->page_ids + a, b - a, &bt);
+	r = kvt_acquire(e->p, j->s->seq, j->layer, j->pages + a, b - a, &bt);
 	if (r) {
 		__atomic_store_n(&j->err, r, __ATOMIC_RELAXED);
 		return;
@@ -382,7 +634,14 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 			err = r;	/* a lost page: the rest are still drained */
 			continue;
 		}
-		if (!err)
+		if (err)
+			continue;
+		if (j->partial)
+			err = kvt_attn_page_partial(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
+						    vw.page * e->page_tokens,
+						    e->pm + (size_t)vw.page * e->m->hp.n_head,
+						    e->pl + (size_t)vw.page * e->m->hp.n_head);
+		else
 			err = kvt_attn_page(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
 					    vw.page * e->page_tokens);
 	}
@@ -397,8 +656,92 @@ static void set_rows(struct kvt_attn_acc *a, unsigned rows)
 	kvt_attn_acc_reset(a);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cand_by_score(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	return x->page < y->page ? -1 : x->page > y->page;	/* ties: the older page */
+}
+
+/* Move the want best of c[0..n) (by cand_by_score) to c[0..want), in
+ * any order: quickselect, the middle element as the pivot. */
+static void top_k(struct cand *c, unsigned n, unsigned want)
+{
+	unsigned lo = 0, hi = n;
+
+	while (want && hi - lo > 1) {
+		unsigned mid = lo + (hi - lo) / 2, st = lo;
+		struct cand piv = c[mid], x;
+
+		c[mid] = c[hi - 1];
+		c[hi - 1] = piv;
+		for (unsigned i = lo; i < hi - 1; i++)
+			if (cand_by_score(&c[i], &piv) < 0) {
+				x = c[i];
+				c[i] = c[st];
+				c[st++] = x;
+			}
+		c[hi - 1] = c[st];
+		c[st] = piv;
+		if (st == want)
+			return;
+		if (st < want)
+			lo = st + 1;
+		else
+			hi = st;
+	}
+}
+
+/* Quest: choose the pages a decode row q (n_head, head_dim) attends to in
+ * this layer of np pages. Returns how many, in e->sel ascending, or np
+ * when all of them (e->sel untouched). The first select_sink pages and
+ * the tail are always taken; of the others, those with the highest bound
+ * on q . k. */
+static unsigned select_pages(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+			     const float *q, unsigned np)
+{
+	const size_t pst = 2 * (size_t)e->kv_dim;
+	unsigned K, sink = e->ep.select_sink, nc, want, n = 0, i;
+
+	K = e->ep.select_pages ? e->ep.select_pages
+			       : (unsigned)ceil((double)e->ep.select_frac * np);
+	if (sink > np - 1)
+		sink = np - 1;
+	if (K < sink + 1)
+		K = sink + 1;
+	if (K >= np)
+		return np;
+	nc = np - 1 - sink;		/* candidates: sink .. np - 2 */
+	want = K - sink - 1;
+	kvt_attn_key_bound(&e->sh1, q, s->kb[layer] + sink * pst, nc, e->psc);
+	for (i = 0; i < nc; i++)
+		e->cand[i] = (struct cand){ e->psc[i], sink + i };
+	top_k(e->cand, nc, want);
+	memset(e->mark, 0, nc);
+	for (i = 0; i < want; i++)
+		e->mark[e->cand[i].page - sink] = 1;
+	for (i = 0; i < sink; i++)
+		e->sel[n++] = i;
+	for (i = 0; i < nc; i++)
+		if (e->mark[i])
+			e->sel[n++] = sink + i;
+	e->sel[n++] = np - 1;
+	return n;
+}
+
 /* out (n, n_embd) = attention of rows q (n, n_embd) at qpos over every
- * token of the session in this layer. */
+ * token of the session in this layer (a decode row with the selector on:
+ * over the pages it chose). */
 static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		  const float *q, const uint32_t *qpos, unsigned n, float *out)
 {
@@ -419,7 +762,29 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 	np = kvt_seq_pages(e->p, s->seq, layer);
 	if (np < 0)
 		return np;
+	j.pages = e->page_ids;
 	j.n_pages = (unsigned)np;
+	if (n == 1 && np) {
+		uint64_t t0 = e->select ? now_ns() : 0;
+
+		e->st.decode_layers++;
+		if (e->select && (j.n_pages = select_pages(e, s, layer, q, (unsigned)np)) < (unsigned)np) {
+			j.pages = e->sel;
+			e->st.pages_skipped += (unsigned)np - j.n_pages;
+			e->st.bytes_skipped += (uint64_t)((unsigned)np - j.n_pages) *
+					       kvt_pager_page_bytes(e->p);
+		}
+		if (e->select)
+			e->st.select_ns += now_ns() - t0;
+		e->st.pages_attended += j.n_pages;
+		j.partial = e->masses;
+		/* Pages left out keep these: no mass. */
+		if (j.partial && j.n_pages < (unsigned)np)
+			for (i = 0; i < (unsigned)np * hp->n_head; i++) {
+				e->pm[i] = -INFINITY;
+				e->pl[i] = 0;
+			}
+	}
 	j.n_tasks = j.n_pages < e->nthreads ? j.n_pages : e->nthreads;
 	for (i = 0; i < e->nthreads; i++)
 		set_rows(&e->acc[i], n);
@@ -430,6 +795,19 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 	for (i = 1; i < e->nthreads; i++)
 		kvt_attn_merge(&e->acc[0], &e->acc[i]);
 	kvt_attn_finish(&e->acc[0], out);
+	if (j.partial) {
+		uint64_t t0 = now_ns();
+		int r = 0;
+
+		kvt_attn_mass(&e->acc[0], e->pm, e->pl, (unsigned)np, e->mass);
+		if (e->ep.scores)
+			r = kvt_seq_score(e->p, s->seq, layer, e->mass, (unsigned)np);
+		e->st.score_ns += now_ns() - t0;
+		if (r)
+			return r;
+		if (e->ep.on_attn)
+			e->ep.on_attn(e->ep.on_attn_arg, s, layer, q, e->mass, (unsigned)np);
+	}
 	return 0;
 }
 
@@ -455,7 +833,11 @@ static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		memcpy(s->dv[layer] + pos0 * row, v, n * row);
 		return 0;
 	}
-	return kvt_seq_append(e->p, s->seq, layer, k, v, n);
+	int ret = kvt_seq_append(e->p, s->seq, layer, k, v, n);
+
+	if (!ret)
+		bounds_add(e, s, layer, pos0, k, n);
+	return ret;
 }
 
 /* A session that failed gives its pages back at once, so the space it
@@ -976,6 +1358,8 @@ int kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_sessi
 		} else if (h.len && (ret = kvt_seq_append(e->p, s->seq, l, k, v, h.len))) {
 			efail(err, errlen, ret, "%s: cannot store layer %u: %s", path, l, strerror(-ret));
 			goto out;
+		} else {
+			bounds_add(e, s, l, 0, k, h.len);
 		}
 	}
 	want = XXH3_64bits_digest(st);

@@ -24,6 +24,9 @@
 #include <kvt/pager.h>
 #include "runtime/model.h"
 
+/* The session and layer of a decode row's attention, for on_attn. */
+struct kvt_session;
+
 struct kvt_engine_params {
 	unsigned n_threads;	/* compute threads, 0 = one per online cpu */
 	unsigned n_ctx;		/* most tokens a session may hold */
@@ -31,9 +34,46 @@ struct kvt_engine_params {
 	unsigned chunk;		/* prefill rows per forward step (256) */
 	unsigned max_batch;	/* most sessions decoded together (16) */
 	int	 dense;		/* reference path: no pager */
+
+	/* Attention scores (paged path, decode rows only: a step that gives a
+	 * session one token). After each layer's attention, each page's share
+	 * of the softmax mass, averaged over the query heads, goes to the
+	 * pager (kvt_seq_score), for policies that rank by it (h2o). 1 by
+	 * default; 0 saves the work (see runtime/README.md for its cost). */
+	int	 scores;
+	/* Optional: sees what went to the pager, and the query it came from:
+	 * q (n_head, head_dim) rotated and unscaled, mass (n) over the
+	 * layer's pages (0 for pages the selector skipped). Called on the
+	 * engine's thread inside kvt_decode/kvt_eval; it must not call the
+	 * engine. For tests and tools. */
+	void	(*on_attn)(void *arg, const struct kvt_session *s, unsigned layer,
+			   const float *q, const float *mass, unsigned n);
+	void	*on_attn_arg;
+
+	/* Query-aware page selection for decode rows (Quest); off when both
+	 * select_pages and select_frac are 0 (the default). Each layer
+	 * attends to at most K pages: the first select_sink and the tail
+	 * always, the rest the highest by the bound of kvt_attn_key_bound.
+	 * The pages left out are not acquired, so never read nor fetched.
+	 * K = select_pages, or else ceil(select_frac * the layer's pages); a
+	 * K at or above the layer's pages attends to all of them (exactly the
+	 * full attention). Approximate attention: see runtime/README.md.
+	 * kvt_select_parse fills these from "quest:pages=K" and the like. */
+	unsigned select_pages;
+	float	 select_frac;	/* in (0, 1] */
+	unsigned select_sink;	/* first pages always attended (1) */
 };
 
 void kvt_engine_params_default(struct kvt_engine_params *ep);
+
+/* Set the selector of ep from a spec: "full" (no selection) or
+ * "quest:KEY=VALUE,..." with keys pages (K, >= 1), frac (a fraction of
+ * the pages in (0, 1]; one of pages and frac) and sink (first pages
+ * always kept, default 1). 0, or -EINVAL with one line in err; ep is
+ * unchanged on error. */
+int  kvt_select_parse(struct kvt_engine_params *ep, const char *spec, char *err, size_t errlen);
+/* The spec ep's selector is set to, as kvt_select_parse takes it. */
+void kvt_select_format(const struct kvt_engine_params *ep, char *buf, size_t len);
 
 /* Fill the page geometry of a pager config from the model and KV type. */
 void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kvt_config *cfg);
@@ -52,6 +92,20 @@ int  kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 void kvt_engine_free(struct kvt_engine *e);
 const struct kvt_engine_params *kvt_engine_params(const struct kvt_engine *e);
 
+/* What the engine's attention did since it was made (paged path; zeros on
+ * the dense one). */
+struct kvt_engine_stats {
+	uint64_t decode_layers;		/* (decode row, layer) attentions */
+	uint64_t pages_attended;	/* pages acquired and folded in by them */
+	uint64_t pages_skipped;		/* pages the selector left out */
+	uint64_t bytes_skipped;		/* their bytes: never read, nor fetched */
+	uint64_t select_ns;		/* time spent scoring and choosing pages */
+	uint64_t score_ns;		/* time spent on masses for the pager */
+	uint64_t bound_bytes;		/* the selector's per-page key bounds
+					 * held now, all sessions */
+};
+void kvt_engine_stats(const struct kvt_engine *e, struct kvt_engine_stats *st);
+
 /* Sessions. A session holds its tokens, its K/V and the logits after its
  * last token. */
 int  kvt_session_new(struct kvt_engine *e, struct kvt_session **out);
@@ -64,6 +118,11 @@ void kvt_session_free(struct kvt_engine *e, struct kvt_session *s);
 int  kvt_session_park(struct kvt_engine *e, struct kvt_session *s);
 int  kvt_session_resume(struct kvt_engine *e, struct kvt_session *s);
 unsigned kvt_session_len(const struct kvt_session *s);
+/* Copy one layer's K and V, (len, n_kv_heads, head_dim) each in the
+ * engine's KV type, into k and v (from the pager or the dense store).
+ * 0, -EINVAL (layer out of range), or the pager's error (-EIO, ...). */
+int  kvt_session_read_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
+			 void *k, void *v);
 const int32_t *kvt_session_tokens(const struct kvt_session *s);	/* (len) */
 /* (n_vocab) logits after the last token, NULL before the first eval. */
 const float *kvt_session_logits(const struct kvt_session *s);

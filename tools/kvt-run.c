@@ -34,7 +34,7 @@
 
 struct opts {
 	const char *model, *prompt, *prompt_file, *prompt_ids, *dump_logits;
-	const char *save, *restore, *metrics, *control;
+	const char *save, *restore, *metrics, *control, *trace;
 	unsigned n_predict, n_ctx, batch, threads;
 	int json, dense, print_config, ignore_eos, no_bar, page_set;
 	int tier_set[KVT_NTIERS];
@@ -82,6 +82,11 @@ static void usage(FILE *f)
 		"      --page-tokens N   tokens per page (16)\n"
 		"      --kv-type T       f16 or f32 (f16)\n"
 		"      --dense           reference path: KV in plain memory, no pager\n"
+		"      --select SPEC     pages each decode step attends to: full (all, the default),\n"
+		"                        or quest:pages=K | quest:frac=F [,sink=N] (the first N\n"
+		"                        pages, the tail and the best by a bound on q.k; the rest\n"
+		"                        are never read: approximate attention, runtime/README.md)\n"
+		"      --no-scores       do not report attention masses to the pager (h2o ranks by them)\n"
 		"  -t, --threads N       compute threads (one per cpu)\n"
 		"sessions\n"
 		"      --save FILE       save the conversation (tokens and KV) at the end\n"
@@ -94,6 +99,8 @@ static void usage(FILE *f)
 		"      --metrics FILE    the pager's final stats in Prometheus text format\n"
 		"      --control PATH    serve the control socket (kvtctl) at PATH while running;\n"
 		"                        \"default\": $XDG_RUNTIME_DIR/kvtier.sock or the like\n"
+		"      --trace FILE      record what the pager does, from its open to the end, into\n"
+		"                        FILE (docs/trace-format.md; inspect with kvt-trace)\n"
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n");
 }
@@ -463,7 +470,7 @@ int main(int argc, char **argv)
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
 	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_METRICS,
-	       O_CONTROL };
+	       O_CONTROL, O_SELECT, O_NOSCORES, O_TRACE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "file", required_argument, 0, 'f' }, { "prompt-ids", required_argument, 0, O_PROMPT_IDS },
@@ -481,6 +488,8 @@ int main(int argc, char **argv)
 		{ "dump-logits", required_argument, 0, O_DUMP }, { "json", no_argument, 0, O_JSON },
 		{ "no-progress", no_argument, 0, O_NOBAR }, { "print-config", no_argument, 0, O_PRINTCFG },
 		{ "metrics", required_argument, 0, O_METRICS }, { "control", required_argument, 0, O_CONTROL },
+		{ "trace", required_argument, 0, O_TRACE },
+		{ "select", required_argument, 0, O_SELECT }, { "no-scores", no_argument, 0, O_NOSCORES },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct opts o = { .n_predict = 128, .batch = 1,
@@ -564,6 +573,13 @@ int main(int argc, char **argv)
 			}
 			break;
 		case O_DENSE: o.dense = 1; break;
+		case O_SELECT:
+			if (kvt_select_parse(&o.ep, optarg, err, sizeof(err))) {
+				fprintf(stderr, "%s: --select: %s\n", prog, err);
+				return 2;
+			}
+			break;
+		case O_NOSCORES: o.ep.scores = 0; break;
 		case 't': o.threads = parse_uint("-t", optarg, 1, 1024); break;
 		case O_SAVE: o.save = optarg; break;
 		case O_RESTORE: o.restore = optarg; break;
@@ -573,6 +589,7 @@ int main(int argc, char **argv)
 		case O_PRINTCFG: o.print_config = 1; break;
 		case O_METRICS: o.metrics = optarg; break;
 		case O_CONTROL: o.control = optarg; break;
+		case O_TRACE: o.trace = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: fprintf(stderr, "%s: see --help\n", prog); return 2;
 		}
@@ -591,6 +608,14 @@ int main(int argc, char **argv)
 	}
 	if (!o.prompt && !o.prompt_file && !o.prompt_ids && !o.restore) {
 		fprintf(stderr, "%s: no prompt: give -p TEXT, -f FILE, --prompt-ids FILE or --restore FILE\n", prog);
+		return 2;
+	}
+	if (o.dense && (o.ep.select_pages || o.ep.select_frac > 0)) {
+		fprintf(stderr, "%s: --select chooses among the pager's pages; drop --dense\n", prog);
+		return 2;
+	}
+	if (o.trace && o.dense) {
+		fprintf(stderr, "%s: --trace records what the pager does; --dense runs without it\n", prog);
 		return 2;
 	}
 	if ((o.restore || o.save) && o.batch > 1) {
@@ -690,6 +715,8 @@ int main(int argc, char **argv)
 		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
 			die("cannot open the pager: %s", strerror(-r));
 		live_pager = pg;
+		if (o.trace && (r = kvt_pager_trace_start(pg, o.trace)))
+			die("--trace %s: %s", o.trace, strerror(-r));
 		if (o.control && (r = kvt_control_start(pg, strcmp(o.control, "default") ? o.control : NULL,
 							&ctl)))
 			die("--control %s: %s", o.control, strerror(-r));
@@ -818,11 +845,15 @@ int main(int argc, char **argv)
 
 	{
 		struct kvt_stats st;
+		struct kvt_engine_stats es;
 		unsigned gen = 0;
+		char sel[64];
 
 		memset(&st, 0, sizeof(st));
 		if (pg)
 			kvt_pager_stats(pg, &st);
+		kvt_engine_stats(e, &es);
+		kvt_select_format(&o.ep, sel, sizeof(sel));
 		for (i = 0; i < o.batch; i++)
 			gen += out[i].n;
 		if (o.json) {
@@ -852,6 +883,15 @@ int main(int argc, char **argv)
 				printf("]}");
 			}
 			printf("]");
+			if (pg)
+				printf(",\"select\":{\"spec\":\"%s\",\"decode_layers\":%llu,"
+				       "\"pages_attended\":%llu,\"pages_skipped\":%llu,\"bytes_skipped\":%llu,"
+				       "\"select_s\":%.6f,\"score_s\":%.6f,\"bound_bytes\":%llu}",
+				       sel, (unsigned long long)es.decode_layers,
+				       (unsigned long long)es.pages_attended,
+				       (unsigned long long)es.pages_skipped,
+				       (unsigned long long)es.bytes_skipped, es.select_ns / 1e9,
+				       es.score_ns / 1e9, (unsigned long long)es.bound_bytes);
 			if (pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
 				printf(",\"pager\":%s", buf);
 			printf("}\n");
@@ -867,6 +907,15 @@ int main(int argc, char **argv)
 				fputc('\n', stderr);
 				cli_print_tiers(stderr, &st);
 			}
+			if (pg && (o.ep.select_pages || o.ep.select_frac > 0))
+				fprintf(stderr, "select %s: decode attended %llu pages, skipped %llu "
+					"(over all layers and steps: %.1f MiB not read nor fetched, %.1f%%), "
+					"choosing took %.1f ms; key bounds %.1f MiB\n", sel,
+					(unsigned long long)es.pages_attended,
+					(unsigned long long)es.pages_skipped, mib(es.bytes_skipped),
+					es.pages_attended + es.pages_skipped ?
+					100.0 * es.pages_skipped / (es.pages_attended + es.pages_skipped) : 0.0,
+					es.select_ns / 1e6, mib(es.bound_bytes));
 		}
 		if (o.metrics && pg) {
 			static char text[65536];
@@ -893,6 +942,22 @@ int main(int argc, char **argv)
 	}
 	kvt_engine_free(e);
 	kvt_control_stop(ctl);
+	/* After the sessions are freed (their pages' FREE records are in) and
+	 * the control socket is gone (it could stop the trace too). */
+	if (o.trace && pg) {
+		struct kvt_stats tst;
+
+		r = kvt_pager_trace_stop(pg);
+		kvt_pager_stats(pg, &tst);
+		if (r && r != -ENOENT) {
+			fprintf(stderr, "%s: --trace %s: %s\n", prog, o.trace, strerror(-r));
+			save_failed = 1;
+		} else if (!o.json && r != -ENOENT) {
+			fprintf(stderr, "%s: trace: %llu records (%llu dropped) in %s\n", prog,
+				(unsigned long long)tst.trace_records,
+				(unsigned long long)tst.trace_dropped, o.trace);
+		}
+	}
 	kvt_pager_close(pg);
 	live_pager = NULL;
 	kvt_device_close(dev);

@@ -1051,6 +1051,7 @@ struct attn_group {
 	const float	*q[4];		/* (head_dim) each */
 	float		*o[4];		/* (head_dim) each */
 	float		*m[4], *l[4];
+	float		*pm[4], *pl[4];	/* the page's own partial, or NULL */
 	unsigned	 nv[4];		/* tokens seen */
 	float		 c[4];		/* rescale of the old o */
 };
@@ -1434,6 +1435,10 @@ static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsi
 		memset(S + nv, 0, (T - nv) * sizeof(float));
 	*gr->l[s] = *gr->l[s] * gr->c[s] + sum;
 	*gr->m[s] = m;
+	if (gr->pm[s]) {
+		*gr->pm[s] = m;
+		*gr->pl[s] = sum;
+	}
 }
 
 /* The kernels for one page, picked once per call. */
@@ -1470,6 +1475,13 @@ static void attend_group(const struct attn_page *pg, struct attn_group *gr,
 int kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 		  const void *k, const void *v, unsigned ntok, uint32_t pos0)
 {
+	return kvt_attn_page_partial(a, q, qpos, k, v, ntok, pos0, NULL, NULL);
+}
+
+int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
+			  const void *k, const void *v, unsigned ntok, uint32_t pos0,
+			  float *pm, float *pl)
+{
 	const struct kvt_attn_shape *sh = &a->sh;
 	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G, nmax = 0;
 	size_t need, kvst = (size_t)sh->n_kv_heads * hd;
@@ -1493,6 +1505,11 @@ int kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 		unsigned nv = visible(qpos[r], pos0, ntok);
 		nmax = nv > nmax ? nv : nmax;
 	}
+	if (pm)
+		for (size_t i = 0; i < (size_t)sh->rows * sh->n_head; i++) {
+			pm[i] = -INFINITY;
+			pl[i] = 0;
+		}
 	if (!nmax)
 		return 0;
 	need = hd + 2 + 4 * (size_t)ntok;
@@ -1552,6 +1569,7 @@ int kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 					gr.o[s] = dummy;
 					gr.m[s] = dummy + hd;
 					gr.l[s] = dummy + hd + 1;
+					gr.pm[s] = gr.pl[s] = NULL;
 					gr.nv[s] = 0;
 					continue;
 				}
@@ -1559,6 +1577,8 @@ int kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 				gr.o[s] = a->o + rh * hd;
 				gr.m[s] = a->m + rh;
 				gr.l[s] = a->l + rh;
+				gr.pm[s] = pm ? pm + rh : NULL;
+				gr.pl[s] = pm ? pl + rh : NULL;
 				gr.nv[s] = visible(qpos[r], pos0, ntok);
 			}
 			attend_group(&pg, &gr, &kn);
@@ -1595,6 +1615,34 @@ void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src)
 	}
 }
 
+void kvt_attn_mass(const struct kvt_attn_acc *a, const float *pm, const float *pl,
+		   unsigned n_pages, float *mass)
+{
+	size_t nh = (size_t)a->sh.rows * a->sh.n_head, n = 0;
+	float inv;
+
+	for (unsigned j = 0; j < n_pages; j++)
+		mass[j] = 0;
+	for (size_t i = 0; i < nh; i++) {
+		float M = a->m[i], L = a->l[i];
+
+		if (!(L > 0))
+			continue;
+		n++;
+		for (unsigned j = 0; j < n_pages; j++) {
+			float m = pm[j * nh + i], l = pl[j * nh + i];
+
+			if (l > 0)
+				mass[j] += expf(m - M) * l / L;
+		}
+	}
+	if (!n)
+		return;
+	inv = 1.0f / (float)n;
+	for (unsigned j = 0; j < n_pages; j++)
+		mass[j] *= inv;
+}
+
 void kvt_attn_finish(const struct kvt_attn_acc *a, float *out)
 {
 	size_t nh = (size_t)a->sh.rows * a->sh.n_head;
@@ -1604,6 +1652,97 @@ void kvt_attn_finish(const struct kvt_attn_acc *a, float *out)
 		float inv = a->l[i] > 0 ? 1.0f / a->l[i] : 0;
 		for (unsigned d = 0; d < hd; d++)
 			out[i * hd + d] = a->o[i * hd + d] * inv;
+	}
+}
+
+/* One query head's bound over one KV head's page bounds: the portable
+ * path, summed in eight lanes as the AVX2 path below does. */
+static float key_bound(const float *q, const float *mn, const float *mx, unsigned hd)
+{
+	float acc[8] = { 0 }, sum = 0;
+	unsigned i = 0;
+
+	for (; i + 8 <= hd; i += 8)
+		for (unsigned j = 0; j < 8; j++) {
+			float a = q[i + j] * mn[i + j], b = q[i + j] * mx[i + j];
+			acc[j] += a > b ? a : b;
+		}
+	for (; i < hd; i++) {
+		float a = q[i] * mn[i], b = q[i] * mx[i];
+		sum += a > b ? a : b;
+	}
+	for (unsigned j = 0; j < 8; j++)
+		sum += acc[j];
+	return sum;
+}
+
+#ifdef KVT_X86
+/* The same for head_dim a multiple of 8, eight dims a step; the bounds of
+ * a KV head are read once for all the query heads of its group. */
+AVX2 static void key_bound_avx2(const struct kvt_attn_shape *sh, const float *q,
+				const float *bounds, unsigned n_pages, float *score)
+{
+	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim;
+	size_t pst = (size_t)sh->n_kv_heads * 2 * hd;
+
+	for (unsigned j = 0; j < n_pages; j++) {
+		const float *b = bounds + j * pst;
+		float best = -INFINITY;
+
+		for (unsigned g = 0; g < sh->n_kv_heads; g++) {
+			const float *mn = b + (size_t)g * 2 * hd, *mx = mn + hd;
+
+			for (unsigned h = g * G; h < (g + 1) * G; h++) {
+				const float *qh = q + (size_t)h * hd;
+				__m256 acc = _mm256_setzero_ps();
+				__m128 lo;
+				float u;
+
+				for (unsigned i = 0; i < hd; i += 8) {
+					__m256 qv = _mm256_loadu_ps(qh + i);
+					__m256 a = _mm256_mul_ps(qv, _mm256_loadu_ps(mn + i));
+					__m256 c = _mm256_mul_ps(qv, _mm256_loadu_ps(mx + i));
+
+					acc = _mm256_add_ps(acc, _mm256_max_ps(a, c));
+				}
+				lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+				lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+				lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+				u = _mm_cvtss_f32(lo);
+				best = u > best ? u : best;
+			}
+		}
+		score[j] = best * sh->scale;
+	}
+}
+#endif
+
+void kvt_attn_key_bound(const struct kvt_attn_shape *sh, const float *q, const float *bounds,
+			unsigned n_pages, float *score)
+{
+	unsigned G, hd = sh->head_dim;
+	size_t pst = (size_t)sh->n_kv_heads * 2 * hd;
+
+	if (!shape_ok(sh))
+		return;
+#ifdef KVT_X86
+	if (kvt_cpu_simd() && hd % 8 == 0) {
+		key_bound_avx2(sh, q, bounds, n_pages, score);
+		return;
+	}
+#endif
+	G = sh->n_head / sh->n_kv_heads;
+	for (unsigned j = 0; j < n_pages; j++) {
+		const float *b = bounds + j * pst;
+		float best = -INFINITY;
+
+		for (unsigned h = 0; h < sh->n_head; h++) {
+			const float *mn = b + (size_t)(h / G) * 2 * hd;
+			float u = key_bound(q + (size_t)h * hd, mn, mn + hd, hd);
+
+			best = u > best ? u : best;
+		}
+		score[j] = best * sh->scale;
 	}
 }
 

@@ -149,10 +149,49 @@ void kvt_attn_acc_free(struct kvt_attn_acc *a);	/* also on a zeroed struct */
  * or -ENOMEM (scratch for a page longer than any before). */
 int  kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 		   const void *k, const void *v, unsigned ntok, uint32_t pos0);
+/* kvt_attn_page that also writes the page's own partial of each (row,
+ * head), for attention scores: pl the sum of e^(s - pm) over the tokens
+ * of the page the row sees, pm the max the terms were taken against (the
+ * accumulator's running max after the page, so pm >= the page's own max
+ * and pl cannot overflow); pm = -inf, pl = 0 where the row sees none of
+ * the page. pm and pl are (rows, n_head), written whatever else happens.
+ * Once every page is folded and merged into (M, L), the page's share of
+ * the softmax mass of (row, head) is e^(pm - M) pl / L: see
+ * kvt_attn_mass. Same returns as kvt_attn_page; the extra work is two
+ * stores per (row, head). */
+int  kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
+			   const void *k, const void *v, unsigned ntok, uint32_t pos0,
+			   float *pm, float *pl);
+/* mass (n_pages): each page's share of the softmax mass, averaged over
+ * the (row, head) pairs of a that saw any token (the query heads, in
+ * decode), from the pages' partials pm, pl (n_pages, rows, n_head) as
+ * kvt_attn_page_partial wrote them and a's merged m and l. The masses of
+ * all pages sum to 1 (up to rounding) when every page was folded in; a
+ * page whose pm is -inf gets 0. All zeros when no pair saw anything. */
+void kvt_attn_mass(const struct kvt_attn_acc *a, const float *pm, const float *pl,
+		   unsigned n_pages, float *mass);
 /* dst += src, both of the same shape; src is left as it is. */
 void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src);
 /* out (rows, n_head, head_dim); a row that saw nothing gets zeros. */
 void kvt_attn_finish(const struct kvt_attn_acc *a, float *out);
+
+/*
+ * Query-aware page selection (Quest, Tang et al. 2024): a page keeps the
+ * element-wise min and max of its keys, per KV head, and a query bounds
+ * its logit on any key of the page by sum_i max(q_i min_i, q_i max_i),
+ * which is >= q . k for every key k of the page.
+ *
+ * score (n_pages) = scale * the largest bound over the query heads of one
+ * row q (n_head, head_dim) (query head h reads KV head h / (n_head /
+ * n_kv_heads)), for the pages whose bounds are (n_pages, n_kv_heads, 2,
+ * head_dim) f32: min then max of each dim. The largest, not the sum: a
+ * page stays when any one head may attend to it strongly. A page whose
+ * bounds are still empty (min +inf, max -inf) scores -inf or NaN: callers
+ * only score pages that hold tokens. shape_ok as kvt_attn_acc_init (else
+ * nothing is written).
+ */
+void kvt_attn_key_bound(const struct kvt_attn_shape *sh, const float *q, const float *bounds,
+			unsigned n_pages, float *score);
 
 /* The reference: plain two-pass softmax attention over a contiguous KV
  * (n_ctx, n_kv_heads, head_dim) in kv_type, token t at position t, no
