@@ -74,6 +74,13 @@ int kvt_dev_fence_wait(struct kvt_device *d, uint64_t fence)
 	return d->ops->fence_wait ? d->ops->fence_wait(d->ctx, fence) : 0;
 }
 
+int kvt_dev_fence_done(struct kvt_device *d, uint64_t fence)
+{
+	if (!fence || !d->ops->fence_wait)
+		return 1;
+	return d->ops->fence_done ? d->ops->fence_done(d->ctx, fence) : 0;
+}
+
 int kvt_dev_copy(struct kvt_device *d, void *dst, const void *src, size_t bytes, int dir)
 {
 	uint64_t f;

@@ -45,6 +45,9 @@ struct kvt_device {
 int kvt_dev_copy_async(struct kvt_device *d, void *dst, const void *src,
 		       size_t bytes, int dir, uint64_t *fence);
 int kvt_dev_fence_wait(struct kvt_device *d, uint64_t fence);
+/* 1 when the copy behind fence is done (fence 0 always is), 0 when not or
+ * when the device cannot tell without waiting, -errno. */
+int kvt_dev_fence_done(struct kvt_device *d, uint64_t fence);
 int kvt_dev_copy(struct kvt_device *d, void *dst, const void *src, size_t bytes, int dir);
 
 /* Backends */

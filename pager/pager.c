@@ -63,10 +63,26 @@ struct move {
 	uint32_t hf;		/* host frame used on the way up from NVMe */
 	uint64_t fence;
 	uint64_t csum;
+	uint64_t lat_ns;	/* promotions from NVMe: the read's latency */
 	int	 res;		/* demotions: the write or copy down */
 	int	 rres, cres;	/* promotions: the read from NVMe, the copy up */
 	uint8_t	 via_nvme;
 	uint8_t	 up;		/* its destination is the fast tier */
+	uint8_t	 landed;	/* promotions: done and published */
+};
+
+/* A promotion batch in flight: moves are published (landed) as soon as
+ * their data is where it goes, in the order their last transfer began, so
+ * attention can start on the first pages of a batch while the rest are
+ * still being read. */
+struct flight {
+	struct kvt_pager *p;
+	struct move *mv;
+	uint32_t *order;	/* moves whose read is in, in copy order */
+	uint32_t n;		/* entries in order */
+	uint32_t next;		/* order[next..n) not landed yet */
+	uint32_t since;		/* reads in since the last landing */
+	uint32_t every;		/* land after this many reads */
 };
 
 static uint64_t now_ns(void)
@@ -671,18 +687,113 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
  * Promotion (migration thread, lock held; drops it around the transfers)
  */
 
+static void land(struct kvt_pager *p, struct move *x, int rc);
+static void land_ready(struct flight *fl);
+
 static void verify_read(void *arg, struct kvt_io *io)
 {
-	struct kvt_pager *p = arg;
+	struct flight *fl = arg;
+	struct kvt_pager *p = fl->p;
 	struct move *m = io->user;
 
+	/* The checksum stored at write time; the slot cannot be reused while
+	 * the page is MOVING, so reading it unlocked is safe. */
 	m->rres = io->res;
-	if (!m->rres && XXH3_64bits(io->buf, p->page_bytes) != p->pages[m->slot].csum)
+	m->lat_ns = io->lat_ns;
+	if (!m->rres && XXH3_64bits(io->buf, p->page_bytes) != m->csum)
 		m->rres = -EBADMSG;
 	/* Start the copy up as soon as the read is in (target fast). */
 	if (!m->rres && m->to != NO_FRAME)
 		m->cres = kvt_dev_copy_async(p->dev, frame_ptr(&p->t[KVT_TIER_FAST], m->to),
 					     io->buf, p->page_bytes, KVT_H2D, &m->fence);
+	fl->order[fl->n++] = (uint32_t)(m - fl->mv);
+	if (++fl->since >= fl->every)
+		land_ready(fl);
+}
+
+/* Publish the moves at the head of fl->order whose copies are done. */
+static void land_ready(struct flight *fl)
+{
+	struct kvt_pager *p = fl->p;
+	uint32_t i = fl->next;
+
+	while (i < fl->n && kvt_dev_fence_done(p->dev, fl->mv[fl->order[i]].fence) == 1)
+		i++;
+	fl->since = 0;
+	if (i == fl->next)
+		return;
+	pthread_mutex_lock(&p->lock);
+	kvt_nvme_info(p->nvme, &p->nvme_info);
+	for (; fl->next < i; fl->next++)
+		land(p, &fl->mv[fl->order[fl->next]], 0);
+	p->events++;
+	pthread_cond_broadcast(&p->done);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* A promotion is over (lock held): publish where its page is now. rc is
+ * the fence wait's result for copies not known to be done. */
+static void land(struct kvt_pager *p, struct move *x, int rc)
+{
+	struct tier *fast = &p->t[KVT_TIER_FAST], *host = &p->t[KVT_TIER_HOST];
+	struct tier *nvme = &p->t[KVT_TIER_NVME];
+	struct page *pg = &p->pages[x->slot];
+	int up_ok = x->to != NO_FRAME && !x->rres && !x->cres && !rc;
+
+	x->landed = 1;
+	p->moving--;
+	pg->state = P_READY;
+	if (x->via_nvme && x->rres != -ECANCELED) {
+		kvt_lat_record(&nvme->st, x->lat_ns);
+		if (x->rres == -EBADMSG)
+			p->st.csum_failures++;
+		else if (x->rres)
+			p->st.io_errors++;
+	}
+	if (x->via_nvme) {
+		if (!x->rres) {
+			place(p, x->slot, KVT_TIER_HOST, x->hf);
+			nvme->st.bytes_out += p->page_bytes;
+			host->st.bytes_in += p->page_bytes;
+			host->st.promotions++;
+			TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_NVME, KVT_TIER_HOST,
+			      (uint32_t)p->page_bytes,
+			      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
+		} else {
+			frame_free(host, x->hf);
+			/* A read that failed, or data that does not match its
+			 * checksum: the only copy is bad. A read that never ran
+			 * leaves the page as it was. */
+			if (x->rres != -ECANCELED)
+				page_lose(p, x->slot);
+		}
+	}
+	if (x->to != NO_FRAME) {
+		if (up_ok) {
+			pg->flags &= ~PF_UPFAST;
+			place(p, x->slot, KVT_TIER_FAST, x->to);
+			host->st.bytes_out += p->page_bytes;
+			fast->st.bytes_in += p->page_bytes;
+			fast->st.promotions++;
+			TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_HOST, KVT_TIER_FAST,
+			      (uint32_t)p->page_bytes,
+			      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
+		} else {
+			frame_free(fast, x->to);
+			if (pg->state == P_READY && !x->rres)
+				pg->err = (int8_t)(x->cres ? x->cres : rc);
+		}
+	}
+	if (pg->state == P_READY) {
+		set_top(pg);
+		if ((pg->flags & PF_PFMOVE) && (up_ok || (x->to == NO_FRAME && !x->rres)))
+			pg->flags |= PF_PREFETCHED;
+	}
+	pg->flags &= ~PF_PFMOVE;
+	if (pg->flags & PF_DOOMED) {
+		pg->flags &= ~PF_DOOMED;
+		page_free(p, x->slot);
+	}
 }
 
 static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch)
@@ -797,14 +908,17 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 
 	/* Transfers, lock dropped. Host pages go up at once; NVMe pages are
 	 * read (sorted by offset inside kvt_nvme_run, so neighbours coalesce)
-	 * and start their copy up from the completion callback. */
+	 * and start their copy up from the completion callback. Pages are
+	 * published as they land, a few at a time. */
 	pthread_mutex_unlock(&p->lock);
 	uint64_t t0 = now_ns(), last = 0;
-	uint32_t nio = 0;
+	uint32_t nio = 0, order[MAX_MOVE];
+	struct flight fl = { .p = p, .mv = mv, .order = order, .every = m / 16 + 1 };
 	for (uint32_t i = 0; i < m; i++) {
 		struct move *x = &mv[i];
 		x->cres = 0;
 		x->fence = 0;
+		x->landed = 0;
 		if (x->via_nvme) {
 			x->rres = -ECANCELED;	/* until its completion says otherwise */
 			io[nio++] = (struct kvt_io){ .off = (uint64_t)x->from * nvme->stride,
@@ -815,11 +929,12 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 			x->cres = kvt_dev_copy_async(p->dev, frame_ptr(fast, x->to),
 						     frame_ptr(host, x->from), p->page_bytes,
 						     KVT_H2D, &x->fence);
+			order[fl.n++] = i;
 		}
 	}
 	if (nio) {
 		/* On a ring failure the reads not completed keep -ECANCELED. */
-		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, p);
+		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, &fl);
 	}
 	/* Every copy started must be finished before its frames are touched,
 	 * whatever happened to the others. */
@@ -830,68 +945,11 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	uint64_t dt = now_ns() - t0;
 	pthread_mutex_lock(&p->lock);
 
-	p->moving -= m;
 	if (nio)
 		kvt_nvme_info(p->nvme, &p->nvme_info);
-	for (uint32_t i = 0; i < nio; i++) {
-		struct move *x = io[i].user;
-		if (x->rres != -ECANCELED)
-			kvt_lat_record(&nvme->st, io[i].lat_ns);
-		if (x->rres == -EBADMSG)
-			p->st.csum_failures++;
-		else if (x->rres && x->rres != -ECANCELED)
-			p->st.io_errors++;
-	}
-	for (uint32_t i = 0; i < m; i++) {
-		struct move *x = &mv[i];
-		struct page *pg = &p->pages[x->slot];
-		int up_ok = x->to != NO_FRAME && !x->rres && !x->cres && !rc;
-		pg->state = P_READY;
-		if (x->via_nvme) {
-			if (!x->rres) {
-				place(p, x->slot, KVT_TIER_HOST, x->hf);
-				nvme->st.bytes_out += p->page_bytes;
-				host->st.bytes_in += p->page_bytes;
-				host->st.promotions++;
-				TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_NVME, KVT_TIER_HOST,
-				      (uint32_t)p->page_bytes,
-				      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
-			} else {
-				frame_free(host, x->hf);
-				/* A read that failed, or data that does not match
-				 * its checksum: the only copy is bad. A read that
-				 * never ran leaves the page as it was. */
-				if (x->rres != -ECANCELED)
-					page_lose(p, x->slot);
-			}
-		}
-		if (x->to != NO_FRAME) {
-			if (up_ok) {
-				pg->flags &= ~PF_UPFAST;
-				place(p, x->slot, KVT_TIER_FAST, x->to);
-				host->st.bytes_out += p->page_bytes;
-				fast->st.bytes_in += p->page_bytes;
-				fast->st.promotions++;
-				TRACE(p, 0, KVT_EV_PROMOTE, x->slot, KVT_TIER_HOST, KVT_TIER_FAST,
-				      (uint32_t)p->page_bytes,
-				      pg->flags & PF_PFMOVE ? KVT_TF_PREFETCH : 0, 0.f);
-			} else {
-				frame_free(fast, x->to);
-				if (pg->state == P_READY && !x->rres)
-					pg->err = (int8_t)(x->cres ? x->cres : rc);
-			}
-		}
-		if (pg->state == P_READY) {
-			set_top(pg);
-			if ((pg->flags & PF_PFMOVE) && (up_ok || (x->to == NO_FRAME && !x->rres)))
-				pg->flags |= PF_PREFETCHED;
-		}
-		pg->flags &= ~PF_PFMOVE;
-		if (pg->flags & PF_DOOMED) {
-			pg->flags &= ~PF_DOOMED;
-			page_free(p, x->slot);
-		}
-	}
+	for (uint32_t i = 0; i < m; i++)
+		if (!mv[i].landed)
+			land(p, &mv[i], rc);
 	if (need_fast)
 		kvt_lat_record(&fast->st, dt);
 	p->events++;		/* the moved pages can be evicted again */
