@@ -144,6 +144,7 @@ struct kvt_pager {
 	int		last;		/* lowest tier with frames */
 	uint64_t	step;
 	uint64_t	time;		/* counted accesses: the policies' clock */
+	int		wants_scores;	/* some tier's policy has on_score */
 
 	struct tier	t[KVT_NTIERS];
 	void		*fast_mem;	/* the device arena */

@@ -688,6 +688,7 @@ static int evict_out(struct kvt_pager *p, const struct pref *pages, uint32_t n, 
  */
 
 static void land(struct kvt_pager *p, struct move *x, int rc);
+static void scores_update(struct kvt_pager *p);
 static void land_ready(struct flight *fl);
 
 static void verify_read(void *arg, struct kvt_io *io)
@@ -743,6 +744,13 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 	x->landed = 1;
 	p->moving--;
 	pg->state = P_READY;
+	/* A page brought up on demand is being used in this step: its arrival
+	 * (on_insert) is that use, so the pin that follows does not count it
+	 * again. A prefetched page is used when it is acquired. */
+	if (!(pg->flags & PF_PFMOVE) && !x->rres && pg->last_step != p->step) {
+		pg->last_step = p->step;
+		p->time++;
+	}
 	if (x->via_nvme && x->rres != -ECANCELED) {
 		kvt_lat_record(&nvme->st, x->lat_ns);
 		if (x->rres == -EBADMSG)
@@ -1337,6 +1345,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 			      frames[KVT_TIER_NVME] * pb, NULL);
 	if (r)
 		goto fail;
+	scores_update(p);
 
 	/* Pages in flight take frames beyond the resident set twice over
 	 * (landing, and waiting to be consumed): a batch is an eighth of the
@@ -1440,6 +1449,22 @@ static struct seq *seq_get(struct kvt_pager *p, kvt_seq_t h, int *err)
 		return NULL;
 	}
 	return s;
+}
+
+/* Recompute wants_scores after a tier's policy changed (lock held, or
+ * before the pager runs). */
+static void scores_update(struct kvt_pager *p)
+{
+	int w = 0;
+
+	for (int ti = 0; ti < KVT_NTIERS; ti++)
+		w |= p->t[ti].pol && p->t[ti].pol->on_score;
+	__atomic_store_n(&p->wants_scores, w, __ATOMIC_RELAXED);
+}
+
+KVT_API int kvt_pager_wants_scores(const struct kvt_pager *p)
+{
+	return p ? __atomic_load_n(&p->wants_scores, __ATOMIC_RELAXED) : 0;
 }
 
 KVT_API int kvt_seq_score(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
@@ -2353,6 +2378,7 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 	t->pol = pol;
 	t->pst = pst;
 	t->meta = meta;
+	scores_update(p);
 	snprintf(p->cfg.tier[ti].policy, sizeof(p->cfg.tier[ti].policy), "%s", spec);
 	pthread_cond_signal(&p->work);	/* the new ranking may free frames */
 	pthread_mutex_unlock(&p->lock);

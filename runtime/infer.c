@@ -777,7 +777,8 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		if (e->select)
 			e->st.select_ns += now_ns() - t0;
 		e->st.pages_attended += j.n_pages;
-		j.partial = e->masses;
+		/* Masses cost a little: worked out when someone uses them. */
+		j.partial = e->masses && (e->ep.on_attn || kvt_pager_wants_scores(e->p));
 		/* Pages left out keep these: no mass. */
 		if (j.partial && j.n_pages < (unsigned)np)
 			for (i = 0; i < (unsigned)np * hp->n_head; i++) {
@@ -800,7 +801,7 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		int r = 0;
 
 		kvt_attn_mass(&e->acc[0], e->pm, e->pl, (unsigned)np, e->mass);
-		if (e->ep.scores)
+		if (e->ep.scores && kvt_pager_wants_scores(e->p))
 			r = kvt_seq_score(e->p, s->seq, layer, e->mass, (unsigned)np);
 		e->st.score_ns += now_ns() - t0;
 		if (r)

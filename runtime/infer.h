@@ -38,8 +38,9 @@ struct kvt_engine_params {
 	/* Attention scores (paged path, decode rows only: a step that gives a
 	 * session one token). After each layer's attention, each page's share
 	 * of the softmax mass, averaged over the query heads, goes to the
-	 * pager (kvt_seq_score), for policies that rank by it (h2o). 1 by
-	 * default; 0 saves the work (see runtime/README.md for its cost). */
+	 * pager (kvt_seq_score), for policies that rank by it (h2o): only
+	 * while some tier's policy has on_score (kvt_pager_wants_scores), so
+	 * it costs nothing otherwise. 1 by default; 0 never sends them. */
 	int	 scores;
 	/* Optional: sees what went to the pager, and the query it came from:
 	 * q (n_head, head_dim) rotated and unscaled, mass (n) over the

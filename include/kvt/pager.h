@@ -82,6 +82,9 @@ uint64_t kvt_pager_step(struct kvt_pager *p);
  * ignore it. -EINVAL when n exceeds the layer's pages. */
 int  kvt_seq_score(struct kvt_pager *p, kvt_seq_t seq, unsigned layer,
 		   const float *mass, unsigned n);
+/* 1 while some tier's policy uses the masses (so they are worth working
+ * out), else 0. Lock-free; it changes when a policy is swapped live. */
+int  kvt_pager_wants_scores(const struct kvt_pager *p);
 
 /* Sequences */
 int  kvt_seq_open(struct kvt_pager *p, kvt_seq_t *out);
