@@ -921,7 +921,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	pthread_mutex_unlock(&p->lock);
 	uint64_t t0 = now_ns(), last = 0;
 	uint32_t nio = 0, order[MAX_MOVE];
-	struct flight fl = { .p = p, .mv = mv, .order = order, .every = m / 16 + 1 };
+	struct flight fl = { .p = p, .mv = mv, .order = order, .every = m / 4 + 1 };
 	for (uint32_t i = 0; i < m; i++) {
 		struct move *x = &mv[i];
 		x->cres = 0;
@@ -1703,6 +1703,7 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 		ntok -= n;
 		if (pg->ntok == p->cfg.page_tokens) {
 			pg->flags |= PF_SEALED;
+			TRACE(p, 0, KVT_EV_SEAL, slot, pg->top, -1, 0, 0, 0.f);
 			if (pg->flags & PF_TAILPIN) {
 				pg->flags &= ~PF_TAILPIN;
 				unpin(p, slot);
