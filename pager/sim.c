@@ -309,7 +309,7 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 static int is_input(uint8_t ev)
 {
 	return ev == KVT_EV_ACCESS || ev == KVT_EV_NEW || ev == KVT_EV_FREE ||
-	       ev == KVT_EV_SCORE || ev == KVT_EV_STEP;
+	       ev == KVT_EV_SCORE || ev == KVT_EV_STEP || ev == KVT_EV_SEAL;
 }
 
 int kvt_sim_trace_recs(struct kvt_sim_trace *t, const struct kvt_trace_rec *rec, size_t nrec,
@@ -715,7 +715,7 @@ struct stier {
 struct sim {
 	const struct kvt_sim_trace *t;
 	unsigned  nt;
-	int	  last, backed, classic;
+	int	  last, backed;
 	uint64_t  pb;
 	double	  origin_cost;
 	struct stier tr[KVT_SIM_MAX_TIERS];
@@ -988,6 +988,14 @@ static int promote(struct sim *s, uint32_t id, int pf)
 		return rf == -EAGAIN || rh == -EAGAIN ? -EAGAIN : -ENOSPC;
 	}
 	uint32_t f0 = falloc(t0), src = tp;
+	/* As the pager's land(): a page brought up on demand is used in this
+	 * step by its arrival (on_insert, with the clock already moved on), so
+	 * the touch() that follows does not count it again. A prefetched page
+	 * is used when it is first read. */
+	if (!pf && s->last_step[id] != s->step) {
+		s->last_step[id] = s->step;
+		s->time++;
+	}
 	if (via) {
 		struct stier *h = &s->tr[STAGE];
 		place(s, STAGE, id, falloc(h));
@@ -1088,21 +1096,8 @@ static void access_one(struct sim *s, uint32_t id, uint32_t next)
 		s->pf[id] = 0;
 		s->r->prefetch_hit++;
 	}
-	if (s->classic) {
-		int counted = s->last_step[id] != s->step;
-		if (counted) {
-			s->last_step[id] = s->step;
-			s->time++;
-		}
-		if (tp != 0) {
-			promote(s, id, 0);
-		} else if (counted) {
-			struct stier *t = &s->tr[0];
-			struct kvt_ref r = ref_of(s, id);
-			t->pol->on_access(t->pst, &r, meta_at(t, fr(s, id)[0]));
-		}
-		return;
-	}
+	/* After a demand promotion touch() finds the page counted already
+	 * and calls nothing, as the pager's pin after land(). */
 	if (tp == 0 || !promote(s, id, 0))
 		touch(s, id);
 }
@@ -1238,6 +1233,10 @@ static int run_general(struct sim *s, void (*progress)(void *, double), void *ar
 		case KVT_EV_SCORE:
 			score_one(s, id, t->score ? t->score[i] : 0);
 			break;
+		case KVT_EV_SEAL:	/* the pager's carry SEALED: done above */
+			if (s->pin[id])
+				unpin_tail(s, id);
+			break;
 		default:
 			break;
 		}
@@ -1266,7 +1265,6 @@ static void run_fast(struct sim *s, void (*progress)(void *, double), void *arg)
 	uint64_t hits = 0, time = 0, evicted = 0;
 	struct kvt_ref ref = { .next = KVT_NEVER, .seq = KVT_REF_NONE,
 			       .layer = KVT_REF_NONE, .index = KVT_REF_NONE };
-	int classic = s->classic;
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t x = ids[i], f;
@@ -1293,8 +1291,6 @@ static void run_fast(struct sim *s, void (*progress)(void *, double), void *arg)
 			ops->on_access(st, &ref, meta + (size_t)f * msz);
 			continue;
 		}
-		if (classic)
-			time++;
 		if (T->nfree) {
 			f = T->freel[--T->nfree];
 		} else {
@@ -1311,12 +1307,9 @@ static void run_fast(struct sim *s, void (*progress)(void *, double), void *arg)
 		frame[x] = f;
 		owner[f] = x;
 		memset(meta + (size_t)f * msz, 0, msz);
-		ref.time = time;
+		/* A demand miss: the arrival is the use (promote()). */
+		ref.time = ++time;
 		ops->on_insert(st, &ref, meta + (size_t)f * msz);
-		if (!classic) {
-			ref.time = ++time;
-			ops->on_access(st, &ref, meta + (size_t)f * msz);
-		}
 	}
 	s->time = time;
 	s->r->refs = n;
@@ -1367,7 +1360,6 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 	s.nt = c->ntiers;
 	s.last = (int)c->ntiers - 1;
 	s.backed = c->backed < 0 ? !t->nnew : !!c->backed;
-	s.classic = !!c->classic;
 	s.pb = c->page_bytes ? c->page_bytes : 1;
 	s.r = res;
 	s.moving = KVT_SIM_NONE;
@@ -1504,7 +1496,7 @@ struct mrc {
 	const struct kvt_sim_trace *t;
 	const char *const *pol;
 	const uint64_t *frames;
-	unsigned np, ns, classic;
+	unsigned np, ns;
 	struct kvt_sim_point *out;
 	unsigned next_task;		/* atomic */
 	uint64_t done;			/* atomic: records replayed */
@@ -1539,7 +1531,7 @@ static void *mrc_worker(void *arg)
 		if (k >= m->np * m->ns || __atomic_load_n(&m->err, __ATOMIC_RELAXED))
 			break;
 		struct wprog w = { m, 0 };
-		struct kvt_sim_config c = { .ntiers = 1, .backed = 1, .classic = (int)m->classic,
+		struct kvt_sim_config c = { .ntiers = 1, .backed = 1,
 					    .progress = mrc_progress, .progress_arg = &w };
 		struct kvt_sim_point *p = &m->out[k];
 		struct kvt_sim_result res;
@@ -1572,12 +1564,12 @@ static void *mrc_worker(void *arg)
 }
 
 int kvt_sim_mrc(const struct kvt_sim_trace *t, const char *const *policies, unsigned np,
-		const uint64_t *frames, unsigned nsizes, unsigned threads, int classic,
+		const uint64_t *frames, unsigned nsizes, unsigned threads,
 		struct kvt_sim_point *out, void (*progress)(void *arg, double frac),
 		void *arg, char *err, size_t errlen)
 {
 	struct mrc m = { .t = t, .pol = policies, .frames = frames, .np = np, .ns = nsizes,
-			 .classic = (unsigned)!!classic, .out = out };
+			 .out = out };
 	pthread_t th[256];
 	unsigned nth = 0;
 	uint64_t total;

@@ -22,20 +22,25 @@
  *   - a miss promotes X to tier 0: reclaim one frame of tier 0, then, for
  *     a page whose top copy is below tier 1, one frame of tier 1, where it
  *     is staged and keeps a clean copy; the copy it came from stays too;
+ *     the arrival is the step's use of X: the clock moves on before the
+ *     on_insert calls, and no on_access follows in that step (a miss
+ *     inserts without an access, as in libCacheSim);
  *   - reclaim asks the tier's policy for victims, skipping unevictable
  *     pages (tail pins, the page being moved, the only copy in the last
  *     tier unless the trace is backed); a victim with another copy is
  *     dropped, an only copy is written one tier down (reclaiming there
  *     first), in batches of at most 64 as the pager does;
  *   - NEW puts a page in tier 0 (reclaiming below wm_min + 1 free frames)
- *     with a tail pin, released by a record flagged KVT_TF_SEALED, the
- *     next NEW of the same (seq, layer), or FREE; FREE removes every copy;
+ *     with a tail pin, released by SEAL (the append that filled it), any
+ *     record flagged KVT_TF_SEALED, the next NEW of the same (seq, layer),
+ *     or FREE; FREE removes every copy;
  *   - optionally (wm_low > 0) a tier under wm_low free frames is reclaimed
  *     up to wm_high after each record: the migration thread's background
  *     work, made synchronous;
  *   - optionally (prefetch_depth > 0) the same page index of the next
  *     layers is brought up after each reference, at once (the pager's
- *     layer-ahead prefetch, which its thread makes later).
+ *     layer-ahead prefetch, which its thread makes later); a prefetched
+ *     page gets on_insert when it lands and on_access when first read.
  */
 #ifndef KVT_PAGER_SIM_H
 #define KVT_PAGER_SIM_H
@@ -77,10 +82,6 @@ struct kvt_sim_config {
 	 * pager: the last tier keeps only copies; a page exists because a
 	 * NEW made it. -1: 1 for traces without NEW records, else 0. */
 	int	 backed;
-	/* 1: a miss inserts the page and that is all (libCacheSim's model);
-	 * 0: as the pager, the page brought up is then accessed like a hit
-	 * (on_insert, then on_access in the same step). */
-	int	 classic;
 	double	 origin_bw, origin_lat;	/* reading from the backing store */
 	/* The pager's layer-ahead prefetch: after a reference to page
 	 * (seq, layer, index), the same index of the next prefetch_depth
@@ -164,7 +165,7 @@ int  kvt_sim_trace_next(struct kvt_sim_trace *t);
 void kvt_sim_trace_free(struct kvt_sim_trace *t);
 
 /* A configuration with the tiers of a kvtier trace's header (frames and
- * policy per present tier, page bytes), backed = -1, pager semantics. */
+ * policy per present tier, page bytes), backed = -1. */
 void kvt_sim_config_hdr(struct kvt_sim_config *c, const struct kvt_trace_hdr *h);
 /* kvt_sim_config_hdr, then what the trace's configuration text adds: the
  * full policy specs and the watermarks (per cent of each tier's frames,
@@ -194,7 +195,7 @@ struct kvt_sim_point {
 	double	 seconds;		/* wall time of this replay (not in the CSV) */
 };
 int  kvt_sim_mrc(const struct kvt_sim_trace *t, const char *const *policies, unsigned np,
-		 const uint64_t *frames, unsigned nsizes, unsigned threads, int classic,
+		 const uint64_t *frames, unsigned nsizes, unsigned threads,
 		 struct kvt_sim_point *out, void (*progress)(void *arg, double frac),
 		 void *arg, char *err, size_t errlen);
 /* The points as CSV (header "policy,frames,size_pct,refs,hits,misses,

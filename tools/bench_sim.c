@@ -7,10 +7,11 @@
  * it as kvt-sim does (mmap, every key remapped to a dense id in one hash
  * pass: timed and reported on its own), then replays it single-threaded
  * through each policy's ops table, a one-tier cache of --size, with
- * libCacheSim's miss model (a miss inserts; no access), a few times each;
- * the median counts. The machine's reference, in the same run: one pass
- * that reads every record's key from the same mapped file, and one that
- * reads every remapped id (what a replay can do at best without a cache).
+ * libCacheSim's miss model, which is the pager's too (a miss inserts; no
+ * access), a few times each; the median counts. The machine's reference,
+ * in the same run: one pass that reads every record's key from the same
+ * mapped file, and one that reads every remapped id (what a replay can do
+ * at best without a cache).
  *
  * libCacheSim's figures (the issue's, for this kind of 2-core machine,
  * single-threaded): LRU 6, CLOCK 7, SIEVE 8, S3-FIFO 2.5 M req/s; the goal
@@ -124,11 +125,11 @@ int bench_sim(int argc, char **argv)
 		{ "alpha", required_argument, 0, 'a' }, { "seed", required_argument, 0, 's' },
 		{ "size", required_argument, 0, 'z' }, { "policies", required_argument, 0, 'p' },
 		{ "repeat", required_argument, 0, 'r' }, { "trace", required_argument, 0, 't' },
-		{ "dir", required_argument, 0, 'd' }, { "pager", no_argument, 0, 'P' },
-		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' }, { 0 } };
+		{ "dir", required_argument, 0, 'd' }, { "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' }, { 0 } };
 	uint64_t n = 50000000, objects = 1000000, seed = 42;
 	double alpha = 1.0, size_pct = 10;
-	int repeat = 3, json = 0, pager = 0, c;
+	int repeat = 3, json = 0, c;
 	char pol_buf[512] = "lru,clock,s3fifo,sieve", path[4096] = "";
 	const char *given = NULL, *dir = NULL;
 
@@ -140,7 +141,7 @@ int bench_sim(int argc, char **argv)
 			printf("usage: kvt-bench sim [--requests 50000000] [--objects 1000000] "
 			       "[--alpha 1.0]\n       [--seed 42] [--size 10%%] [--policies "
 			       "lru,clock,s3fifo,sieve] [--repeat 3]\n       [--trace FILE.oracleGeneral] "
-			       "[--dir DIR] [--pager] [--json]\n"
+			       "[--dir DIR] [--json]\n"
 			       "replay speed per policy, single-threaded, on a Zipf trace written as "
 			       "oracleGeneral\n(docs/kvt-sim.md)\n");
 			return 0;
@@ -153,7 +154,6 @@ int bench_sim(int argc, char **argv)
 		case 'p': snprintf(pol_buf, sizeof(pol_buf), "%s", optarg); end = (char *)""; break;
 		case 't': given = optarg; end = (char *)""; break;
 		case 'd': dir = optarg; end = (char *)""; break;
-		case 'P': pager = 1; end = (char *)""; break;
 		case 'j': json = 1; end = (char *)""; break;
 		default: return 2;
 		}
@@ -249,7 +249,7 @@ int bench_sim(int argc, char **argv)
 		double v[99], w[99];
 		struct kvt_sim_result res;
 		for (int i = 0; i < repeat; i++) {
-			struct kvt_sim_config cfg = { .ntiers = 1, .backed = 1, .classic = !pager };
+			struct kvt_sim_config cfg = { .ntiers = 1, .backed = 1 };
 			snprintf(cfg.tier[0].policy, sizeof(cfg.tier[0].policy), "%s", pol[p]);
 			cfg.tier[0].frames = frames;
 			double t0 = cli_now(), c0 = cpu_now();
@@ -274,13 +274,13 @@ int bench_sim(int argc, char **argv)
 		printf("{\"bench\": \"sim\", \"trace\": \"%s\", \"requests\": %zu, \"objects\": %llu, "
 		       "\"objects_seen\": %u, "
 		       "\"alpha\": %g, \"seed\": %llu, \"frames\": %llu, \"size_pct\": %g, "
-		       "\"model\": \"%s\", \"repeat\": %d, \"timing\": \"thread CPU time\", "
+		       "\"repeat\": %d, \"timing\": \"thread CPU time\", "
 		       "\"gen_s\": %.3f, \"write_s\": %.3f, \"load_s\": %.3f, \"load_wall_s\": %.3f, "
 		       "\"load_mrps\": %.2f, \"read_pass_mrps\": %.2f, \"read_pass_mibps\": %.0f, "
 		       "\"id_pass_mrps\": %.2f, \"policies\": [",
 		       given ? path : "generated", t.n, (unsigned long long)objects, t.npages, alpha,
 		       (unsigned long long)seed, (unsigned long long)frames, size_pct,
-		       pager ? "pager" : "classic", repeat, gen_s, write_s, load_s, load_wall, (double)t.n / load_s / 1e6,
+		       repeat, gen_s, write_s, load_s, load_wall, (double)t.n / load_s / 1e6,
 		       (double)t.n / read_s / 1e6, mb / read_s, (double)t.n / id_s / 1e6);
 		for (int p = 0; p < np; p++)
 			printf("%s\n  {\"policy\": \"%s\", \"replay_s\": %.3f, \"mrps\": %.2f, "
@@ -304,9 +304,8 @@ int bench_sim(int argc, char **argv)
 		printf("  reference, same file, same run: reading every key of the mapped file "
 		       "%.1f M req/s (%.0f MiB/s); every remapped id %.1f M req/s\n",
 		       (double)t.n / read_s / 1e6, mb / read_s, (double)t.n / id_s / 1e6);
-		printf("  one tier of %llu frames (%g%% of the objects seen), %s misses, "
-		       "single-threaded\n\n", (unsigned long long)frames, size_pct,
-		       pager ? "pager-rule" : "libCacheSim-model");
+		printf("  one tier of %llu frames (%g%% of the objects seen), single-threaded\n\n",
+		       (unsigned long long)frames, size_pct);
 		printf("%-10s %10s %10s %10s %12s %9s %10s %14s\n", "policy", "M req/s", "wall M/s",
 		       "goal", "libCacheSim", "vs goal", "miss ratio", "with load M/s");
 		for (int p = 0; p < np; p++) {

@@ -58,8 +58,6 @@ static void usage(FILE *f)
 		"  --backed, --no-backing  a backing store under the last tier holds every\n"
 		"                        page (default for traces without NEW records) or not\n"
 		"                        (as the pager: only copies stay in the last tier)\n"
-		"  --classic             a miss inserts without an access (libCacheSim's model;\n"
-		"                        default: as the pager, the page brought up is accessed)\n"
 		"  --wm-min N            frames tier 0 keeps free for new pages (default 0)\n"
 		"  --prefetch N          the pager's layer-ahead prefetch, N layers (default 0;\n"
 		"                        kvt-run's is 2); made at once, not on a thread\n"
@@ -71,7 +69,6 @@ static void usage(FILE *f)
 		"  --sizes LIST          sizes as for --tier: 1%%,2%%,5%% or 1000,2000 or 64M,128M\n"
 		"                        (default 1%%,2%%,5%%,10%%,20%%,30%%,40%%,50%%,75%%,90%%)\n"
 		"  --threads N           replays at once (default: the CPUs); output is the same\n"
-		"  --classic             as for run\n"
 		"  --csv FILE, --json FILE  the points (policy, frames, size_pct, refs, hits,\n"
 		"                        misses, miss_ratio); '-' for stdout\n"
 		"  --plot FILE           FILE.png or FILE.svg through gnuplot (repeatable); the\n"
@@ -349,9 +346,8 @@ static void print_run(const char *path, const struct kvt_sim_trace *t,
 	printf("trace   %s: %s, %s; %zu records, %llu references, %u pages, %llu steps; "
 	       "loaded in %.2f s\n", path, t->format, source_name(t), t->n,
 	       (unsigned long long)t->naccess, t->npages, (unsigned long long)t->steps, t->load_s);
-	printf("replay  %u tier%s, %s, %s; %.2f s, %.2f M references/s\n", c->ntiers,
-	       c->ntiers > 1 ? "s" : "", c->classic ? "classic misses (insert only)"
-						    : "pager rules (a miss is accessed once up)",
+	printf("replay  %u tier%s, %s; %.2f s, %.2f M references/s\n", c->ntiers,
+	       c->ntiers > 1 ? "s" : "",
 	       backed ? "backing store under the last tier" : "no backing store",
 	       secs, secs > 0 ? (double)r->refs / secs / 1e6 : 0);
 	printf("\n%-6s %-14s %9s %9s %11s %11s %7s %9s %9s %9s %9s %9s %8s %8s %9s",
@@ -426,9 +422,9 @@ static void json_run(const char *path, const struct kvt_sim_trace *t,
 	jstr(path);
 	printf(", \"format\": \"%s\", \"records\": %zu, \"references\": %llu, "
 	       "\"pages\": %u, \"steps\": %llu, \"load_s\": %.3f, \"replay_s\": %.3f,\n"
-	       " \"classic\": %d, \"backed\": %d, \"page_bytes\": %llu,\n \"tiers\": [",
+	       " \"backed\": %d, \"page_bytes\": %llu,\n \"tiers\": [",
 	       t->format, t->n, (unsigned long long)t->naccess, t->npages,
-	       (unsigned long long)t->steps, t->load_s, secs, c->classic,
+	       (unsigned long long)t->steps, t->load_s, secs,
 	       c->backed < 0 ? !t->nnew : c->backed, (unsigned long long)c->page_bytes);
 	for (unsigned ti = 0; ti < c->ntiers; ti++) {
 		const struct kvt_sim_tier_result *x = &r->tier[ti];
@@ -478,8 +474,7 @@ static int cmd_run(int argc, char **argv)
 		{ "tier", required_argument, 0, 't' }, { "only", no_argument, 0, 'O' },
 		{ "origin", required_argument, 0, 'g' }, { "page-bytes", required_argument, 0, 'b' },
 		{ "backed", no_argument, 0, 'B' }, { "no-backing", no_argument, 0, 'N' },
-		{ "classic", no_argument, 0, 'C' }, { "wm-min", required_argument, 0, 'w' },
-		{ "prefetch", required_argument, 0, 'f' },
+		{ "wm-min", required_argument, 0, 'w' }, { "prefetch", required_argument, 0, 'f' },
 		{ "json", no_argument, 0, 'j' }, { "no-bar", no_argument, 0, 'q' },
 		{ "help", no_argument, 0, 'h' }, { 0 } };
 	struct tierspec ts[KVT_SIM_MAX_TIERS];
@@ -487,7 +482,7 @@ static int cmd_run(int argc, char **argv)
 	struct kvt_sim_tier origin = { 0 };
 	unsigned nts = 0;
 	uint64_t page_bytes = 0, wm_min = 0;
-	int only = 0, backed = -1, classic = 0, json = 0, no_bar = 0, c;
+	int only = 0, backed = -1, json = 0, no_bar = 0, c;
 	char err[512];
 
 	optind = 1;
@@ -515,7 +510,6 @@ static int cmd_run(int argc, char **argv)
 			break;
 		case 'B': backed = 1; break;
 		case 'N': backed = 0; break;
-		case 'C': classic = 1; break;
 		case 'w':
 			if (parse_u64(optarg, &wm_min) || wm_min >= UINT32_MAX)
 				return bad_usage("--wm-min %s: want a number of frames", optarg);
@@ -577,7 +571,6 @@ static int cmd_run(int argc, char **argv)
 				 "--tier host=40%%:clock", path);
 	}
 	cfg.backed = backed;
-	cfg.classic = classic;
 	cfg.origin_bw = origin.up_bw;
 	cfg.origin_lat = origin.up_lat;
 	cfg.tier[0].wm_min = (uint32_t)wm_min;
@@ -693,8 +686,8 @@ static int cmd_mrc(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "policies", required_argument, 0, 'p' }, { "sizes", required_argument, 0, 's' },
-		{ "threads", required_argument, 0, 'T' }, { "classic", no_argument, 0, 'C' },
-		{ "csv", required_argument, 0, 'c' }, { "json", required_argument, 0, 'j' },
+		{ "threads", required_argument, 0, 'T' }, { "csv", required_argument, 0, 'c' },
+		{ "json", required_argument, 0, 'j' },
 		{ "plot", required_argument, 0, 'P' }, { "title", required_argument, 0, 'i' },
 		{ "page-bytes", required_argument, 0, 'b' },
 		{ "no-bar", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0 } };
@@ -703,7 +696,7 @@ static int cmd_mrc(int argc, char **argv)
 	const char *csv = NULL, *jsn = NULL, *plots[8], *title = NULL;
 	unsigned nplots = 0;
 	uint64_t threads = 0, page_bytes = 0;
-	int classic = 0, no_bar = 0, c;
+	int no_bar = 0, c;
 	char err[512];
 
 	optind = 1;
@@ -723,7 +716,6 @@ static int cmd_mrc(int argc, char **argv)
 			if (parse_u64(optarg, &threads) || !threads || threads > 256)
 				return bad_usage("--threads %s: want 1..256", optarg);
 			break;
-		case 'C': classic = 1; break;
 		case 'c': csv = optarg; break;
 		case 'j': jsn = optarg; break;
 		case 'P':
@@ -804,7 +796,7 @@ static int cmd_mrc(int argc, char **argv)
 	struct bar b = { "mrc", 0 };
 	double t0 = cli_now();
 	int r = kvt_sim_mrc(&t, (const char *const *)pol, (unsigned)np, frames, (unsigned)ns,
-			    (unsigned)threads, classic, pt, cli_bar_on ? bar_cb : NULL, &b,
+			    (unsigned)threads, pt, cli_bar_on ? bar_cb : NULL, &b,
 			    err, sizeof(err));
 	double secs = cli_now() - t0;
 	if (cli_bar_on)
@@ -819,8 +811,8 @@ static int cmd_mrc(int argc, char **argv)
 	int to_stdout = (csv && !strcmp(csv, "-")) || (jsn && !strcmp(jsn, "-"));
 	FILE *tab = to_stdout ? stderr : stdout;
 	fprintf(tab, "miss ratio, %s: %llu references, %u pages; %u replays on %llu threads in "
-		"%.2f s (%s)\n", path, (unsigned long long)t.naccess, t.npages, np * ns, (unsigned long long)threads,
-		secs, classic ? "classic misses" : "pager rules");
+		"%.2f s\n", path, (unsigned long long)t.naccess, t.npages, np * ns, (unsigned long long)threads,
+		secs);
 	fprintf(tab, "%10s %9s", "size", "frames");
 	for (int p = 0; p < np; p++)
 		fprintf(tab, " %10.10s", pol[p]);
@@ -863,9 +855,8 @@ static int cmd_mrc(int argc, char **argv)
 	if (title)
 		snprintf(ttl, sizeof(ttl), "%s", title);
 	else
-		snprintf(ttl, sizeof(ttl), "%s: %llu references, %u pages (%s)",
-			 base ? base + 1 : path, (unsigned long long)t.naccess, t.npages,
-			 classic ? "a miss inserts" : "pager rules");
+		snprintf(ttl, sizeof(ttl), "%s: %llu references, %u pages",
+			 base ? base + 1 : path, (unsigned long long)t.naccess, t.npages);
 	for (char *q = ttl; *q; q++)
 		if (*q == '\'')
 			*q = '"';
