@@ -58,7 +58,9 @@ enum kvt_trace_event {
 				 * of the copy that failed; its copies are gone */
 	KVT_EV_GAP	= 10,	/* the recorder fell behind and dropped `key`
 				 * records just before this one */
-	KVT_EV_MAX	= 10,
+	KVT_EV_SEAL	= 11,	/* an append filled the tail page: from = its
+				 * top tier; it lost its tail pin (flag SEALED) */
+	KVT_EV_MAX	= 11,
 };
 
 enum kvt_trace_flag {

@@ -11,12 +11,9 @@
  * read in place, and one page per acquire (a batch of one: no hit of a
  * batch is pinned while its misses are promoted).
  *
- * What the trace does not carry, the workload arranges: a tail page is
- * sealed by an append, which leaves no record, and it loses its pin then;
- * the replay learns it from the next record of the page (KVT_TF_SEALED)
- * or the next NEW of its layer. So each step first acquires every
- * layer's tail, before anything can be evicted, and the prefill leaves
- * each layer's last page partial.
+ * A tail page filled by an append loses its pin then; the SEAL record
+ * tells the replay, so a step may read its pages in any order (here in
+ * page order, the tail last, after the reads that evict).
  */
 #include "common.h"
 
@@ -85,16 +82,12 @@ static int record(const char *path, const char *policy, unsigned fast, unsigned 
 	for (unsigned step = 0; step < STEPS; step++) {
 		kvt_pager_step(p);
 		t_append(p, s, &cfg, 7, PREFILL + step, 1);
-		/* Tails first: a tail the append just sealed is seen sealed
-		 * before anything is evicted. */
-		for (unsigned l = 0; l < LAYERS; l++)
-			acquire_one(p, s, l, (uint32_t)kvt_seq_pages(p, s, l) - 1);
 		for (unsigned l = 0; l < LAYERS; l++) {
 			uint32_t n = (uint32_t)kvt_seq_pages(p, s, l);
-			for (uint32_t i = 0; i + 1 < n; i++) {
+			for (uint32_t i = 0; i < n; i++) {
 				/* the first two pages, a random half of the rest, a
-				 * skewed few more often */
-				uint64_t r = rnd();
+				 * skewed few more often, and the tail */
+				uint64_t r = i + 1 < n ? rnd() : 1;
 				if (i < 2 || (r & 1) || (i % 5 == 0 && (r & 6)))
 					acquire_one(p, s, l, i);
 			}

@@ -569,9 +569,10 @@ static void t_control(int arg)
 	t_append(p, s, &cfg, 5, 0, 8);
 	read_all(p, s, &cfg, 5);
 	kvt_pager_step(p);
-	/* 1 STEP at the start, 4 NEW, 4 ACCESS, 1 STEP. */
+	/* 1 STEP at the start, 4 NEW, 4 SEAL (8 tokens fill each tail), 4
+	 * ACCESS, 1 STEP. */
 	r = ctl_ask(fd, "trace stop");
-	if (strcmp(r, "ok\n10 records, 0 dropped\n")) {
+	if (strcmp(r, "ok\n14 records, 0 dropped\n")) {
 		fprintf(stderr, "trace stop: '%s'\n", r);
 		exit(1);
 	}
@@ -582,7 +583,7 @@ static void t_control(int arg)
 	close(fd);
 	kvt_control_stop(ctl);
 	CHECK_EQ(kvt_trace_open(path, &t, err, sizeof(err)), 0);
-	CHECK_EQ(t.nrec, 10);
+	CHECK_EQ(t.nrec, 14);
 	kvt_trace_close(&t);
 	t_close(p, dev);
 	rm_tmp();

@@ -27,7 +27,7 @@ static const char *const ev_names[KVT_EV_MAX + 1] = {
 	[KVT_EV_ACCESS] = "access", [KVT_EV_NEW] = "new", [KVT_EV_FREE] = "free",
 	[KVT_EV_PROMOTE] = "promote", [KVT_EV_DEMOTE] = "demote", [KVT_EV_DROP] = "drop",
 	[KVT_EV_SCORE] = "score", [KVT_EV_STEP] = "step", [KVT_EV_LOST] = "lost",
-	[KVT_EV_GAP] = "gap",
+	[KVT_EV_GAP] = "gap", [KVT_EV_SEAL] = "seal",
 };
 static const char *const src_names[] = { "pager", "oracleGeneral", "mooncake", "synthetic" };
 static const char *const tier_names[] = { "fast", "host", "nvme" };
