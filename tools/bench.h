@@ -53,6 +53,7 @@ int bench_io(int argc, char **argv);
 int bench_decode(int argc, char **argv);
 int bench_resume(int argc, char **argv);
 int bench_serve(int argc, char **argv);
+int bench_sim(int argc, char **argv);
 int bench_prefill(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
  *   kvt-bench decode   decode tokens/s at long contexts over tiers vs its bound
  *   kvt-bench resume   first token of a conversation parked on NVMe vs prefill
  *   kvt-bench serve    many conversations (parked or not), a shared prompt (fork or copy)
+ *   kvt-bench sim    kvt-sim's replay rate against libCacheSim's
  *   kvt-bench prefill  prefill vs sgemm, decode vs the read bandwidth
  *   kvt-bench all    each of them with short defaults
  *
@@ -536,7 +537,7 @@ static int bench_host(int argc, char **argv)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|serve|prefill|all\n"
+	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|serve|prefill|sim|all\n"
 		   "                 [options]\n"
 		   "                 [--json]\n"
 		   "  io     NVMe tier read/write bandwidth vs fio (--bs, --depth, --seconds, --file)\n"
@@ -551,10 +552,13 @@ static int usage(FILE *f)
 		   "           prefill (--ctx, --repeat)\n"
 		   "  serve    many conversations, parked between turns or not, vs all resident;\n"
 		   "           a shared system prompt, forked vs copied (--convs, --batch, ...)\n"
+		   "  sim      kvt-sim's replay rate for lru, clock, s3fifo, sieve on a 50M-request\n"
+		   "           Zipf trace, vs libCacheSim's (--requests, --objects, --policies)\n"
 		   "  prefill  prefill GFLOP/s vs OpenBLAS sgemm; decode vs weights+KV at the\n"
 		   "           read bandwidth (--tokens, --ctx)\n"
 		   "           each of the four: model geometry flags or -m FILE, --dir; --help\n"
-		   "  all    each of the above with short defaults (decode, resume, prefill at 4K)\n");
+		   "  all    each of the above with short defaults (decode, resume, prefill at 4K,\n"
+		   "         sim on 5M requests)\n");
 	return f == stderr ? 2 : 0;
 }
 
@@ -583,7 +587,8 @@ int main(int argc, char **argv)
 		return bench_serve(argc, argv);
 	if (!strcmp(cmd, "prefill"))
 		return bench_prefill(argc, argv);
-	if (!strcmp(cmd, "sim")) { extern int bench_sim(int, char **); return bench_sim(argc, argv); }
+	if (!strcmp(cmd, "sim"))
+		return bench_sim(argc, argv);
 	if (!strcmp(cmd, "all")) {
 		char *io[] = { "io", "--bs", "256K,1M", "--depth", "1,8,32", "--seconds", "2", NULL };
 		char *cp[] = { "copy", NULL };
@@ -620,6 +625,18 @@ int main(int argc, char **argv)
 		printf("== prefill\n");
 		fflush(stdout);
 		r |= bench_prefill(9, pf);
+		char *sv[] = { "serve", "--convs", "8", "--batch", "2", "--history", "1024",
+			       "--system", "1024", NULL };
+		char *sm[] = { "sim", "--requests", "5000000", "--objects", "100000", "--repeat", "1",
+			       NULL };
+		optind = 1;
+		printf("== serve\n");
+		fflush(stdout);
+		r |= bench_serve(9, sv);
+		optind = 1;
+		printf("== sim\n");
+		fflush(stdout);
+		r |= bench_sim(7, sm);
 		return r;
 	}
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help"))
