@@ -91,6 +91,9 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	U("shrinks", st->psi_shrinks);
 	U("grows", st->psi_grows);
 	put(&o, "\"host_limit_bytes\":%llu", (unsigned long long)st->host_limit_bytes);
+	put(&o, "},\"trace\":{\"on\":%d,", st->trace_on);
+	U("records", st->trace_records);
+	put(&o, "\"dropped\":%llu", (unsigned long long)st->trace_dropped);
 	put(&o, "},\"tiers\":{");
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_stats *ts = &st->tier[t];
