@@ -26,22 +26,22 @@
  * tier ever holds more.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "pager/policy.h"
-
-#define NO_POS UINT32_MAX
+#include "pager/policy/heap.h"
 
 struct bel_meta {
 	uint64_t key;
 	uint64_t next;			/* time of the next reference */
-	uint32_t pos;			/* index in the heap, NO_POS when left out */
+	uint32_t pos;			/* index in the heap, HEAP_NO_POS when left out */
 };
 
+#define POS	offsetof(struct bel_meta, pos)
+
 struct belady {
-	struct bel_meta **heap;		/* (cap) max-heap on next */
-	uint32_t *front;		/* (cap) victims()' frontier: heap positions */
-	size_t n, cap;
+	struct kvt_heap h;		/* max-heap on next */
 };
 
 static int bel_init(void **state, const char *params, size_t capacity)
@@ -50,17 +50,12 @@ static int bel_init(void **state, const char *params, size_t capacity)
 
 	if (params && *params)
 		return -EINVAL;
-	if (capacity >= NO_POS)
+	if (capacity >= HEAP_NO_POS)
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->cap = capacity ? capacity : 1;
-	s->heap = malloc(s->cap * sizeof(*s->heap));
-	s->front = malloc(s->cap * sizeof(*s->front));
-	if (!s->heap || !s->front) {
-		free(s->heap);
-		free(s->front);
+	if (heap_init(&s->h, capacity)) {
 		free(s);
 		return -ENOMEM;
 	}
@@ -72,65 +67,17 @@ static void bel_destroy(void *state)
 {
 	struct belady *s = state;
 
-	free(s->heap);
-	free(s->front);
+	heap_destroy(&s->h);
 	free(s);
 }
 
-static void put(struct belady *s, size_t i, struct bel_meta *m)
+/* a is used again later than b, so it goes first. */
+static int later(const void *a, const void *b)
 {
-	s->heap[i] = m;
-	m->pos = (uint32_t)i;
+	return ((const struct bel_meta *)a)->next > ((const struct bel_meta *)b)->next;
 }
 
-/* Restore the heap around position i, whose next changed either way. */
-static void fix(struct belady *s, size_t i)
-{
-	struct bel_meta *m = s->heap[i];
-
-	while (i && s->heap[(i - 1) / 2]->next < m->next) {
-		put(s, i, s->heap[(i - 1) / 2]);
-		i = (i - 1) / 2;
-	}
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= s->n)
-			break;
-		if (c + 1 < s->n && s->heap[c + 1]->next > s->heap[c]->next)
-			c++;
-		if (s->heap[c]->next <= m->next)
-			break;
-		put(s, i, s->heap[c]);
-		i = c;
-	}
-	put(s, i, m);
-}
-
-/* Room for one more page; 0 when the arrays cannot grow (the page is
- * then left out of the heap and never offered). */
-static int grow(struct belady *s)
-{
-	struct bel_meta **h;
-	uint32_t *f;
-	size_t cap = s->cap * 2;
-
-	if (s->n < s->cap)
-		return 1;
-	if (cap >= NO_POS)
-		return 0;
-	h = realloc(s->heap, cap * sizeof(*h));
-	if (!h)
-		return 0;
-	s->heap = h;
-	f = realloc(s->front, cap * sizeof(*f));
-	if (!f)
-		return 0;
-	s->front = f;
-	s->cap = cap;
-	return 1;
-}
-
+/* A page the heap cannot grow for is left out and never offered. */
 static void bel_on_insert(void *state, const struct kvt_ref *r, void *meta)
 {
 	struct belady *s = state;
@@ -138,11 +85,7 @@ static void bel_on_insert(void *state, const struct kvt_ref *r, void *meta)
 
 	m->key = r->key;
 	m->next = r->next;
-	m->pos = NO_POS;
-	if (!grow(s))
-		return;
-	put(s, s->n++, m);
-	fix(s, s->n - 1);
+	heap_add(&s->h, m, later, POS);
 }
 
 /* The reference r->next tells when the page is used again. */
@@ -152,90 +95,31 @@ static void bel_on_access(void *state, const struct kvt_ref *r, void *meta)
 	struct bel_meta *m = meta;
 
 	m->next = r->next;
-	if (m->pos != NO_POS)
-		fix(s, m->pos);
+	heap_moved(&s->h, m, later, POS);
 }
 
 static void bel_on_remove(void *state, uint64_t key, void *meta)
 {
 	struct belady *s = state;
-	struct bel_meta *m = meta;
-	size_t i = m->pos;
 
 	(void)key;
-	if (i == NO_POS)
-		return;
-	if (i != --s->n) {
-		put(s, i, s->heap[s->n]);
-		fix(s, i);
-	}
-}
-
-/* Frontier: a max-heap of heap positions, ordered by their next. */
-static uint64_t fnext(const struct belady *s, size_t i)
-{
-	return s->heap[s->front[i]]->next;
-}
-
-static void fpush(struct belady *s, size_t *nf, uint32_t pos)
-{
-	size_t i = (*nf)++;
-
-	while (i && fnext(s, (i - 1) / 2) < s->heap[pos]->next) {
-		s->front[i] = s->front[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	s->front[i] = pos;
-}
-
-static uint32_t fpop(struct belady *s, size_t *nf)
-{
-	uint32_t top = s->front[0], last = s->front[--*nf];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= *nf)
-			break;
-		if (c + 1 < *nf && fnext(s, c + 1) > fnext(s, c))
-			c++;
-		if (fnext(s, c) <= s->heap[last]->next)
-			break;
-		s->front[i] = s->front[c];
-		i = c;
-	}
-	if (*nf)
-		s->front[i] = last;
-	return top;
+	heap_del(&s->h, meta, later, POS);
 }
 
 /*
- * Up to want unpinned keys, furthest next use first. Only looks: the
- * frontier starts at the root; the best position on it is taken (or
- * passed, when pinned) and its children join it. Each heap position joins
- * at most once, so the frontier never outgrows the heap.
+ * Up to want unpinned keys, furthest next use first. Only looks: a walk
+ * of the heap's frontier, where a pinned page costs one step.
  */
 static size_t bel_victims(void *state, uint64_t *out, size_t want,
 			  int (*pinned)(void *arg, uint64_t key), void *arg)
 {
 	struct belady *s = state;
-	size_t n = 0, nf = 0;
+	size_t n = 0, nf = heap_walk_begin(&s->h);
+	const struct bel_meta *m;
 
-	if (!s->n || !want)
-		return 0;
-	fpush(s, &nf, 0);
-	while (nf && n < want) {
-		uint32_t i = fpop(s, &nf);
-		const struct bel_meta *m = s->heap[i];
-
+	while (n < want && (m = heap_walk_next(&s->h, &nf, later)))
 		if (!pinned || !pinned(arg, m->key))
 			out[n++] = m->key;
-		if (2 * (size_t)i + 1 < s->n)
-			fpush(s, &nf, 2 * i + 1);
-		if (2 * (size_t)i + 2 < s->n)
-			fpush(s, &nf, 2 * i + 2);
-	}
 	return n;
 }
 

@@ -22,7 +22,7 @@
  *
  * A binary min-heap on (mass, insertion) in the state, positions in the
  * metadata: every event O(log n); victims() reads the k best without
- * changing the heap (a frontier heap, as in belady.c), passing pinned and
+ * changing the heap (the frontier walk of heap.h), passing pinned and
  * window pages, so its cost grows with the pages it passes.
  *
  * params: "recent=N" pages (default 4, 0..2^20), "decay=PCT" (default
@@ -31,28 +31,29 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "pager/policy.h"
+#include "pager/policy/heap.h"
 #include "pager/policy/helpers.h"
 #include "pager/policy/window.h"
 
-#define NO_POS		UINT32_MAX
 #define RESCALE_AT	0x1p100
 
 struct h2o_meta {
 	uint64_t key;
 	double mass;			/* accumulated, divided by the state's scale */
 	uint64_t order;			/* insertion count: the tie break */
-	uint32_t pos;			/* heap index, NO_POS when left out */
+	uint32_t pos;			/* heap index, HEAP_NO_POS when left out */
 	uint32_t seq, layer, index;
 	uint32_t tracked;		/* counted in the window map */
 };
 
+#define POS	offsetof(struct h2o_meta, pos)
+
 struct h2o {
-	struct h2o_meta **heap;		/* (cap) min-heap on (mass, order) */
-	uint32_t *front;		/* (cap) victims()' frontier */
-	size_t n, cap;
+	struct kvt_heap h;		/* min-heap on (mass, order) */
 	uint64_t order;
 	uint64_t recent;
 	double keep;			/* decay per step, 0..1 (1: none) */
@@ -74,17 +75,13 @@ static int h2o_init(void **state, const char *params, size_t capacity)
 	err = seg_params_parse(params, known, 2);
 	if (err)
 		return err;
-	if (capacity >= NO_POS)
+	if (capacity >= HEAP_NO_POS)
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->cap = capacity ? capacity : 1;
-	s->heap = malloc(s->cap * sizeof(*s->heap));
-	s->front = malloc(s->cap * sizeof(*s->front));
-	if (!s->heap || !s->front || kvwin_init(&s->win)) {
-		free(s->heap);
-		free(s->front);
+	if (heap_init(&s->h, capacity) || kvwin_init(&s->win)) {
+		heap_destroy(&s->h);
 		free(s);
 		return -ENOMEM;
 	}
@@ -100,66 +97,16 @@ static void h2o_destroy(void *state)
 	struct h2o *s = state;
 
 	kvwin_destroy(&s->win);
-	free(s->heap);
-	free(s->front);
+	heap_destroy(&s->h);
 	free(s);
 }
 
 /* a goes before b (evicted first). */
-static int before(const struct h2o_meta *a, const struct h2o_meta *b)
+static int before(const void *pa, const void *pb)
 {
+	const struct h2o_meta *a = pa, *b = pb;
+
 	return a->mass < b->mass || (a->mass == b->mass && a->order < b->order);
-}
-
-static void put(struct h2o *s, size_t i, struct h2o_meta *m)
-{
-	s->heap[i] = m;
-	m->pos = (uint32_t)i;
-}
-
-static void fix(struct h2o *s, size_t i)
-{
-	struct h2o_meta *m = s->heap[i];
-
-	while (i && before(m, s->heap[(i - 1) / 2])) {
-		put(s, i, s->heap[(i - 1) / 2]);
-		i = (i - 1) / 2;
-	}
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= s->n)
-			break;
-		if (c + 1 < s->n && before(s->heap[c + 1], s->heap[c]))
-			c++;
-		if (!before(s->heap[c], m))
-			break;
-		put(s, i, s->heap[c]);
-		i = c;
-	}
-	put(s, i, m);
-}
-
-static int grow(struct h2o *s)
-{
-	struct h2o_meta **h;
-	uint32_t *f;
-	size_t cap = s->cap * 2;
-
-	if (s->n < s->cap)
-		return 1;
-	if (cap >= NO_POS)
-		return 0;
-	h = realloc(s->heap, cap * sizeof(*h));
-	if (!h)
-		return 0;
-	s->heap = h;
-	f = realloc(s->front, cap * sizeof(*f));
-	if (!f)
-		return 0;
-	s->front = f;
-	s->cap = cap;
-	return 1;
 }
 
 /* Move the common scale on to step; fold it into the pages when large. */
@@ -175,8 +122,8 @@ static void advance(struct h2o *s, uint64_t step)
 	if (s->scale > RESCALE_AT || !isfinite(s->scale)) {
 		double f = isfinite(s->scale) ? 1.0 / s->scale : 0.0;
 
-		for (size_t i = 0; i < s->n; i++)
-			s->heap[i]->mass *= f;
+		for (size_t i = 0; i < s->h.n; i++)
+			((struct h2o_meta *)s->h.v[i])->mass *= f;
 		s->scale = 1.0;
 	}
 }
@@ -193,11 +140,7 @@ static void h2o_on_insert(void *state, const struct kvt_ref *r, void *meta)
 	m->layer = r->layer;
 	m->index = r->index;
 	m->tracked = (uint32_t)kvwin_add(&s->win, r);
-	m->pos = NO_POS;
-	if (!grow(s))
-		return;
-	put(s, s->n++, m);
-	fix(s, s->n - 1);
+	heap_add(&s->h, m, before, POS);
 }
 
 static void h2o_on_access(void *state, const struct kvt_ref *r, void *meta)
@@ -216,25 +159,18 @@ static void h2o_on_score(void *state, const struct kvt_ref *r, void *meta)
 	if (!(r->score > 0))
 		return;
 	m->mass += (double)r->score * s->scale;
-	if (m->pos != NO_POS)
-		fix(s, m->pos);
+	heap_moved(&s->h, m, before, POS);
 }
 
 static void h2o_on_remove(void *state, uint64_t key, void *meta)
 {
 	struct h2o *s = state;
 	struct h2o_meta *m = meta;
-	size_t i = m->pos;
 
 	(void)key;
 	if (m->tracked)
 		kvwin_del(&s->win, m->seq, m->layer);
-	if (i == NO_POS)
-		return;
-	if (i != --s->n) {
-		put(s, i, s->heap[s->n]);
-		fix(s, i);
-	}
+	heap_del(&s->h, m, before, POS);
 }
 
 static int in_window(const struct h2o *s, const struct h2o_meta *m)
@@ -243,64 +179,16 @@ static int in_window(const struct h2o *s, const struct h2o_meta *m)
 	       (uint64_t)m->index + s->recent >= kvwin_top(&s->win, m->seq, m->layer);
 }
 
-static const struct h2o_meta *fat(const struct h2o *s, size_t i)
-{
-	return s->heap[s->front[i]];
-}
-
-static void fpush(struct h2o *s, size_t *nf, uint32_t pos)
-{
-	size_t i = (*nf)++;
-
-	while (i && before(s->heap[pos], fat(s, (i - 1) / 2))) {
-		s->front[i] = s->front[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	s->front[i] = pos;
-}
-
-static uint32_t fpop(struct h2o *s, size_t *nf)
-{
-	uint32_t top = s->front[0], last = s->front[--*nf];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= *nf)
-			break;
-		if (c + 1 < *nf && before(fat(s, c + 1), fat(s, c)))
-			c++;
-		if (!before(fat(s, c), s->heap[last]))
-			break;
-		s->front[i] = s->front[c];
-		i = c;
-	}
-	if (*nf)
-		s->front[i] = last;
-	return top;
-}
-
 /* Pages of the class (window or not) in heap order, lowest mass first. */
 static size_t walk(struct h2o *s, int window, uint64_t *out, size_t n, size_t want,
 		   int (*pinned)(void *arg, uint64_t key), void *arg)
 {
-	size_t nf = 0;
+	size_t nf = heap_walk_begin(&s->h);
+	const struct h2o_meta *m;
 
-	if (!s->n)
-		return n;
-	fpush(s, &nf, 0);
-	while (nf && n < want) {
-		uint32_t i = fpop(s, &nf);
-		const struct h2o_meta *m = s->heap[i];
-
+	while (n < want && (m = heap_walk_next(&s->h, &nf, before)))
 		if (in_window(s, m) == window && (!pinned || !pinned(arg, m->key)))
 			out[n++] = m->key;
-		if (2 * (size_t)i + 1 < s->n)
-			fpush(s, &nf, 2 * i + 1);
-		if (2 * (size_t)i + 2 < s->n)
-			fpush(s, &nf, 2 * i + 2);
-	}
 	return n;
 }
 
