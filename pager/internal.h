@@ -235,5 +235,8 @@ int  kvt_recorder_finish(struct kvt_recorder *r);
 
 /* stats.c */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
+/* One message through the configured log callback, if any. */
+void kvt_plog(struct kvt_pager *p, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 #endif

@@ -92,9 +92,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void plog(struct kvt_pager *p, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void plog(struct kvt_pager *p, int level, const char *fmt, ...)
+void kvt_plog(struct kvt_pager *p, int level, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -1148,11 +1146,11 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 	char why[256];
 	t->pol = kvt_policy_load(spec, why, sizeof(why));
 	if (!t->pol) {
-		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, why);
+		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, why);
 		return -EINVAL;
 	}
 	if (t->pol->flags & KVT_POLICY_OFFLINE) {
-		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: needs future references; "
+		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: needs future references; "
 		     "it runs only in kvt-sim", kvt_tier_name(ti), spec);
 		return -EINVAL;
 	}
@@ -1174,7 +1172,7 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 	 * the capacity a policy was given, whatever the live capacity. */
 	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
 	if (r) {
-		plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
+		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
 		t->pst = NULL;
 		return r;
 	}
@@ -1260,7 +1258,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->dev = dev;
 	r = kvt_config_validate(cfg, err, sizeof(err));
 	if (r) {
-		plog(p, KVT_LOG_ERROR, "%s", err);
+		kvt_plog(p, KVT_LOG_ERROR, "%s", err);
 		goto fail;
 	}
 	p->tag = next_tag();
@@ -1279,7 +1277,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	}
 	p->last = frames[KVT_TIER_NVME] ? KVT_TIER_NVME : KVT_TIER_HOST;
 	if (res[0] + res[1] + res[2] >= NO_PAGE) {
-		plog(p, KVT_LOG_ERROR, "too many frames: %llu", (unsigned long long)(res[0] + res[1] + res[2]));
+		kvt_plog(p, KVT_LOG_ERROR, "too many frames: %llu", (unsigned long long)(res[0] + res[1] + res[2]));
 		r = -EINVAL;
 		goto fail;
 	}
@@ -1287,7 +1285,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->fast_bytes = res[KVT_TIER_FAST] * pb;
 	r = dev->ops->alloc(dev->ctx, p->fast_bytes, &p->fast_mem);
 	if (r) {
-		plog(p, KVT_LOG_ERROR, "fast tier: %s cannot allocate %llu bytes: %s",
+		kvt_plog(p, KVT_LOG_ERROR, "fast tier: %s cannot allocate %llu bytes: %s",
 		     dev->ops->name, (unsigned long long)p->fast_bytes, strerror(-r));
 		p->fast_mem = NULL;
 		goto fail;
@@ -1295,18 +1293,18 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	r = kvt_host_arena_open(&p->host, res[KVT_TIER_HOST] * pb, cfg->host_hugepages,
 				cfg->host_mlock, cfg->host_numa_node, cfg->host_prefault_threads);
 	if (r) {
-		plog(p, KVT_LOG_ERROR, "host tier: %llu bytes: %s%s%s",
+		kvt_plog(p, KVT_LOG_ERROR, "host tier: %llu bytes: %s%s%s",
 		     (unsigned long long)(res[KVT_TIER_HOST] * pb), strerror(-r),
 		     p->host.notes[0] ? ": " : "", p->host.notes);
 		memset(&p->host, 0, sizeof(p->host));
 		goto fail;
 	}
 	if (p->host.notes[0])
-		plog(p, KVT_LOG_INFO, "host tier: %s", p->host.notes);
+		kvt_plog(p, KVT_LOG_INFO, "host tier: %s", p->host.notes);
 	if (dev->ops->register_host) {
 		r = dev->ops->register_host(dev->ctx, p->host.base, p->host.bytes);
 		if (r)
-			plog(p, KVT_LOG_WARN, "host tier: device cannot register it: %s", strerror(-r));
+			kvt_plog(p, KVT_LOG_WARN, "host tier: device cannot register it: %s", strerror(-r));
 	}
 	if (p->last == KVT_TIER_NVME) {
 		struct kvt_nvme_opts o = {
@@ -1316,13 +1314,13 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		};
 		r = kvt_nvme_open(&o, &p->nvme);
 		if (r) {
-			plog(p, KVT_LOG_ERROR, "nvme tier: %s: %s",
+			kvt_plog(p, KVT_LOG_ERROR, "nvme tier: %s: %s",
 			     cfg->nvme_path[0] ? cfg->nvme_path : "(temp dir)", strerror(-r));
 			p->nvme = NULL;
 			goto fail;
 		}
 		if (kvt_nvme_register_buffers(p->nvme, p->host.base, p->host.bytes))
-			plog(p, KVT_LOG_INFO, "nvme tier: plain buffers (registration refused)");
+			kvt_plog(p, KVT_LOG_INFO, "nvme tier: plain buffers (registration refused)");
 		kvt_nvme_info(p->nvme, &p->nvme_info);
 	}
 
@@ -1382,14 +1380,14 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (cfg->psi_threshold > 0 && cfg->psi_path[0]) {
 		r = kvt_psi_start(p);
 		if (r) {
-			plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
+			kvt_plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
 			goto fail;
 		}
 	}
 	if (cfg->metrics_http[0]) {
 		r = kvt_http_start(p, cfg->metrics_http, &p->http, err, sizeof(err));
 		if (r) {
-			plog(p, KVT_LOG_ERROR, "%s", err);
+			kvt_plog(p, KVT_LOG_ERROR, "%s", err);
 			goto fail;
 		}
 	}

@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,21 +48,6 @@ struct kvt_psi {
 	char path[KVT_PATH_MAX];
 	unsigned interval_ms;
 };
-
-static void psi_log(struct kvt_pager *p, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void psi_log(struct kvt_pager *p, int level, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!p->cfg.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	p->cfg.log(p->cfg.log_arg, level, msg);
-}
 
 /* "some avg10=X ..." of the text in buf: 0 and *avg10, or -EINVAL. */
 int kvt_psi_parse(const char *buf, double *avg10)
@@ -142,7 +126,7 @@ static void open_trigger(struct kvt_psi *w, double threshold)
 		stall = 1000;
 	int n = snprintf(spec, sizeof(spec), "some %u %u", stall, TRIGGER_WIN_US);
 	if (write(fd, spec, (size_t)n + 1) < 0) {
-		psi_log(w->p, KVT_LOG_INFO, "psi: %s: no trigger (%s): reading every %u ms",
+		kvt_plog(w->p, KVT_LOG_INFO, "psi: %s: no trigger (%s): reading every %u ms",
 			w->path, strerror(errno), w->interval_ms);
 		close(fd);
 		return;
@@ -159,7 +143,7 @@ static void tick(struct kvt_psi *w, int triggered)
 	int r = read_avg10(w, &avg10, why, sizeof(why));
 
 	if (r && !w->warned) {
-		psi_log(p, KVT_LOG_WARN, "psi: %s: %s: the host tier will not shrink under "
+		kvt_plog(p, KVT_LOG_WARN, "psi: %s: %s: the host tier will not shrink under "
 			"memory pressure", w->path, why);
 		w->warned = 1;
 	}
