@@ -79,9 +79,11 @@ static const struct sym huge_syms[] = {
 	{ "off", KVT_HUGE_OFF }, { "auto", KVT_HUGE_AUTO },
 	{ "hugetlb", KVT_HUGE_HUGETLB }, { "thp", KVT_HUGE_THP }, { NULL, 0 },
 };
-static const struct sym bool_syms[] = {
-	{ "0", 0 }, { "1", 1 }, { "false", 0 }, { "true", 1 },
-	{ "off", 0 }, { "on", 1 }, { "no", 0 }, { "yes", 1 }, { NULL, 0 },
+/* The first name of each value is the one printed. */
+static const struct sym in_place_syms[] = {
+	{ "off", 0 }, { "on", 1 }, { "auto", KVT_IN_PLACE_AUTO },
+	{ "0", 0 }, { "1", 1 }, { "false", 0 }, { "true", 1 }, { "no", 0 }, { "yes", 1 },
+	{ NULL, 0 },
 };
 static const struct sym device_syms[] = {
 	{ "cpu", 0 }, { "cuda", 1 }, { "auto", 2 }, { NULL, 0 },
@@ -123,7 +125,7 @@ static const struct key keys[] = {
 	ENUM("host.hugepages", host_hugepages, huge_syms),
 	ENUM("host.mlock", host_mlock, tristate_syms),
 	UINT("host.prefault_threads", host_prefault_threads, 0, 64),
-	ENUM("access.host_in_place", host_in_place, bool_syms),
+	ENUM("access.host_in_place", host_in_place, in_place_syms),
 	UINT("access.prefetch_depth", prefetch_depth, 0, 64),
 	STR("psi.path", T_PATH, psi_path, NULL),
 	{ "psi.threshold", T_DOUBLE, OFF(psi_threshold), 0, 0, 100, 0, NULL, 0 },
@@ -586,7 +588,7 @@ KVT_API void kvt_config_default(struct kvt_config *cfg)
 	cfg->host_hugepages = KVT_HUGE_AUTO;
 	cfg->host_mlock = KVT_AUTO;
 	cfg->host_prefault_threads = 0;
-	cfg->host_in_place = 0;
+	cfg->host_in_place = KVT_IN_PLACE_AUTO;
 	cfg->prefetch_depth = 2;
 	strcpy(cfg->psi_path, "/proc/pressure/memory");
 	cfg->psi_threshold = 0;

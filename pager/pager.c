@@ -1266,8 +1266,11 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->page_bytes = pb;
 	p->half = pb / 2;
 	p->tok_bytes = (uint64_t)cfg->n_kv_heads * cfg->head_dim * cfg->dtype_bytes;
-	p->target = cfg->host_in_place && dev->ops->host_addressable ? KVT_TIER_HOST
-								       : KVT_TIER_FAST;
+	/* Auto reads in place where the fast tier is host memory too: the
+	 * copy up would be a memcpy that buys nothing. */
+	int in_place = cfg->host_in_place == KVT_IN_PLACE_AUTO ? dev->ops->host_visible
+							       : cfg->host_in_place;
+	p->target = in_place && dev->ops->host_addressable ? KVT_TIER_HOST : KVT_TIER_FAST;
 	/* frames: in service at open; res: reserved (max_bytes), the most a
 	 * live change may grow the tier to. */
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {

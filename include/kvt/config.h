@@ -30,6 +30,10 @@ enum kvt_tristate {
 	KVT_ON = 2,		/* required: opening fails without it */
 };
 
+/* access.host_in_place = auto: read the host tier in place where copying
+ * a page into the fast tier would be a plain memcpy (the cpu device). */
+#define KVT_IN_PLACE_AUTO 2
+
 enum kvt_hugepages {
 	KVT_HUGE_OFF = 0,
 	KVT_HUGE_AUTO = 1,	/* MAP_HUGETLB, else THP via madvise, else 4 KiB */
@@ -88,7 +92,9 @@ struct kvt_config {
 	unsigned host_prefault_threads;	/* 0 = one per online cpu, max 64 */
 
 	/* Access */
-	int	 host_in_place;		/* acquire may hand back host-tier pages */
+	int	 host_in_place;		/* acquire may hand back host-tier pages:
+					 * 0 no, 1 yes, KVT_IN_PLACE_AUTO yes where
+					 * device memory is host memory (cpu) */
 	unsigned prefetch_depth;	/* layers queued ahead of an acquire */
 
 	/* Memory pressure: the host tier shrinks toward host_floor while the
