@@ -31,6 +31,7 @@
 #include <sys/types.h>
 #include <ini.h>
 #include <kvt/config.h>
+#include "pager/errf.h"
 #include "pager/http.h"
 
 #define KVT_API __attribute__((visibility("default")))
@@ -139,20 +140,6 @@ static const struct key keys[] = {
 static const char *const tier_sec[KVT_NTIERS] = { "tier.fast", "tier.host", "tier.nvme" };
 
 /* ---- messages ---- */
-
-/* Write one line into err (if any); returns rc. */
-__attribute__((format(printf, 4, 5)))
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 /* Copy s for a message: at most max characters, control bytes as '?', so
  * an echoed value can never break the message into two lines. */
@@ -470,8 +457,8 @@ static int bad_value(char *msg, size_t len, const struct key *k, const char *v)
 	char e[ECHO_MAX + 8], r[160];
 
 	range_text(k, r, sizeof(r));
-	return fail(msg, len, -EINVAL, "%s = %s: must be %s", k->name,
-		    echo(v, e, sizeof(e), ECHO_MAX), r);
+	return kvt_errf(msg, len, -EINVAL, "%s = %s: must be %s", k->name,
+			echo(v, e, sizeof(e), ECHO_MAX), r);
 }
 
 /* Parse v for k and store it in *c; on failure *c is untouched. */
@@ -488,13 +475,13 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 	int rc;
 
 	if (!name || !*name)
-		return fail(msg, len, -EINVAL, "no key given");
+		return kvt_errf(msg, len, -EINVAL, "no key given");
 	k = find_key(name);
 	if (!k)
-		return fail(msg, len, -EINVAL, "unknown key \"%s\"",
-			    echo(name, e, sizeof(e), ECHO_MAX));
+		return kvt_errf(msg, len, -EINVAL, "unknown key \"%s\"",
+				echo(name, e, sizeof(e), ECHO_MAX));
 	if (!v)
-		return fail(msg, len, -EINVAL, "%s: no value given", k->name);
+		return kvt_errf(msg, len, -EINVAL, "%s: no value given", k->name);
 	f = field(c, k);
 
 	switch (k->type) {
@@ -506,14 +493,14 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 	case T_SIZE:
 		rc = parse_num(v, 1, &u);
 		if (rc == -ERANGE)
-			return fail(msg, len, -EINVAL, "%s = %s: too large (must fit in 64 bits)",
-				    k->name, echo(v, e, sizeof(e), ECHO_MAX));
+			return kvt_errf(msg, len, -EINVAL, "%s = %s: too large (must fit in 64 bits)",
+					k->name, echo(v, e, sizeof(e), ECHO_MAX));
 		if (rc || u < k->min || u > k->max)
 			return bad_value(msg, len, k, v);
 		if (k->align > 1 && u % k->align) {
 			fmt_size(k->align, r, sizeof(r));
-			return fail(msg, len, -EINVAL, "%s = %s: must be a multiple of %s",
-				    k->name, echo(v, e, sizeof(e), ECHO_MAX), r);
+			return kvt_errf(msg, len, -EINVAL, "%s = %s: must be a multiple of %s",
+					k->name, echo(v, e, sizeof(e), ECHO_MAX), r);
 		}
 		*(uint64_t *)f = u;
 		return 0;
@@ -530,7 +517,7 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 	case T_DOUBLE:
 		rc = parse_double(v, &d);
 		if (rc == -ENOMEM)
-			return fail(msg, len, rc, "%s: out of memory", k->name);
+			return kvt_errf(msg, len, rc, "%s: out of memory", k->name);
 		if (rc || d < (double)k->min || d > (double)k->max)
 			return bad_value(msg, len, k, v);
 		*(double *)f = d;
@@ -542,11 +529,11 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 	case T_PATH:
 		why = path_problem(v, k->size);
 		if (why && !strcmp(why, "too long"))
-			return fail(msg, len, -EINVAL, "%s = %s: too long (at most %zu characters)",
-				    k->name, echo(v, e, sizeof(e), ECHO_MAX), k->size - 1);
+			return kvt_errf(msg, len, -EINVAL, "%s = %s: too long (at most %zu characters)",
+					k->name, echo(v, e, sizeof(e), ECHO_MAX), k->size - 1);
 		if (why)
-			return fail(msg, len, -EINVAL, "%s = %s: %s", k->name,
-				    echo(v, e, sizeof(e), ECHO_MAX), why);
+			return kvt_errf(msg, len, -EINVAL, "%s = %s: %s", k->name,
+					echo(v, e, sizeof(e), ECHO_MAX), why);
 		break;
 	case T_NAME:
 		if (!(s = sym_find(k->syms, v)))
@@ -617,7 +604,7 @@ KVT_API int kvt_config_set(struct kvt_config *cfg, const char *key, const char *
 			   char *err, size_t errlen)
 {
 	if (!cfg)
-		return fail(err, errlen, -EINVAL, "no configuration given");
+		return kvt_errf(err, errlen, -EINVAL, "no configuration given");
 	return set_key(cfg, key, value, err, errlen);
 }
 
@@ -629,7 +616,7 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 	int t, rc;
 
 	if (!cfg)
-		return fail(err, errlen, -EINVAL, "no configuration given");
+		return kvt_errf(err, errlen, -EINVAL, "no configuration given");
 	for (i = 0; i < NKEYS; i++) {
 		const struct key *k = &keys[i];
 		const char *why;
@@ -638,22 +625,22 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 			continue;
 		if (k->type == T_PATH && (why = path_problem(cfield(cfg, k), k->size))) {
 			value_text(cfg, k, v, sizeof(v));
-			return fail(err, errlen, -EINVAL, "%s = %s: %s", k->name,
-				    echo(v, e, sizeof(e), ECHO_MAX), why);
+			return kvt_errf(err, errlen, -EINVAL, "%s = %s: %s", k->name,
+					echo(v, e, sizeof(e), ECHO_MAX), why);
 		}
 		rc = value_text(cfg, k, v, sizeof(v));
 		if (rc)
-			return fail(err, errlen, rc, "%s: out of memory", k->name);
+			return kvt_errf(err, errlen, rc, "%s: out of memory", k->name);
 		return bad_value(err, errlen, k, v);
 	}
 	for (t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_config *tc = &cfg->tier[t];
 
 		if (tc->wm_min > tc->wm_low || tc->wm_low > tc->wm_high)
-			return fail(err, errlen, -EINVAL,
-				    "%s: wm_min = %u, wm_low = %u, wm_high = %u: must be "
-				    "wm_min <= wm_low <= wm_high", tier_sec[t],
-				    tc->wm_min, tc->wm_low, tc->wm_high);
+			return kvt_errf(err, errlen, -EINVAL,
+					"%s: wm_min = %u, wm_low = %u, wm_high = %u: must be "
+					"wm_min <= wm_low <= wm_high", tier_sec[t],
+					tc->wm_min, tc->wm_low, tc->wm_high);
 	}
 	for (t = KVT_TIER_FAST; t <= KVT_TIER_HOST; t++) {
 		const struct kvt_tier_config *tc = &cfg->tier[t];
@@ -662,12 +649,12 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 			continue;
 		fmt_size(tc->max_bytes, a, sizeof(a));
 		fmt_size(tc->bytes, b, sizeof(b));
-		return fail(err, errlen, -EINVAL,
-			    "%s.max_bytes = %s: must be 0 or at least %s.bytes = %s",
-			    tier_sec[t], a, tier_sec[t], b);
+		return kvt_errf(err, errlen, -EINVAL,
+				"%s.max_bytes = %s: must be 0 or at least %s.bytes = %s",
+				tier_sec[t], a, tier_sec[t], b);
 	}
 	if (cfg->tier[KVT_TIER_NVME].max_bytes)
-		return fail(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
+		return kvt_errf(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
 	if (cfg->metrics_http[0]) {
 		struct sockaddr_storage sa;
 		socklen_t salen;
@@ -678,11 +665,11 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 	}
 	page = kvt_config_page_bytes(cfg);
 	if (!page || page % PAGE_ALIGN)
-		return fail(err, errlen, -EINVAL,
-			    "geometry: page bytes = page_tokens %u x kv_heads %u x head_dim %u"
-			    " x 2 (K and V) x %u (dtype) = %llu: must be a multiple of %u"
-			    " (O_DIRECT)", cfg->page_tokens, cfg->n_kv_heads, cfg->head_dim,
-			    cfg->dtype_bytes, (unsigned long long)page, PAGE_ALIGN);
+		return kvt_errf(err, errlen, -EINVAL,
+				"geometry: page bytes = page_tokens %u x kv_heads %u x head_dim %u"
+				" x 2 (K and V) x %u (dtype) = %llu: must be a multiple of %u"
+				" (O_DIRECT)", cfg->page_tokens, cfg->n_kv_heads, cfg->head_dim,
+				cfg->dtype_bytes, (unsigned long long)page, PAGE_ALIGN);
 	for (t = KVT_TIER_FAST; t <= KVT_TIER_HOST; t++) {
 		uint64_t n = cfg->tier[t].bytes / page;
 
@@ -691,9 +678,9 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 		fmt_size(cfg->tier[t].bytes, a, sizeof(a));
 		fmt_size(page, b, sizeof(b));
 		fmt_size(2 * page, v, sizeof(v));
-		return fail(err, errlen, -EINVAL,
-			    "%s.bytes = %s holds %llu page%s of %s: must hold at least 2 (%s)",
-			    tier_sec[t], a, (unsigned long long)n, n == 1 ? "" : "s", b, v);
+		return kvt_errf(err, errlen, -EINVAL,
+				"%s.bytes = %s holds %llu page%s of %s: must hold at least 2 (%s)",
+				tier_sec[t], a, (unsigned long long)n, n == 1 ? "" : "s", b, v);
 	}
 	return 0;
 }
@@ -787,7 +774,7 @@ static char *reader(char *str, int num, void *stream)
 	if (memchr(st->line, '\0', (size_t)n)) {
 		st->err_line = st->lineno;
 		st->err = -EINVAL;
-		fail(st->msg, sizeof(st->msg), 0, "NUL byte in line");
+		kvt_errf(st->msg, sizeof(st->msg), 0, "NUL byte in line");
 		return NULL;
 	}
 	for (s = st->line; *s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f'; s++)
@@ -796,7 +783,7 @@ static char *reader(char *str, int num, void *stream)
 	if (num < 3 || len >= (size_t)num) {
 		st->err_line = st->lineno;
 		st->err = -EINVAL;
-		fail(st->msg, sizeof(st->msg), 0, "line too long (at most %d characters)", num - 2);
+		kvt_errf(st->msg, sizeof(st->msg), 0, "line too long (at most %d characters)", num - 2);
 		return NULL;
 	}
 	memcpy(str, s, len + 1);
@@ -812,12 +799,12 @@ static int handler(void *user, const char *section, const char *name, const char
 	if (st->err_line)
 		return 0;
 	if (!value) {	/* only if someone turned on ini_allow_no_value */
-		rc = fail(st->msg, sizeof(st->msg), -EINVAL, "%s: expected key = value",
-			  echo(name, e, sizeof(e), ECHO_MAX));
+		rc = kvt_errf(st->msg, sizeof(st->msg), -EINVAL, "%s: expected key = value",
+			      echo(name, e, sizeof(e), ECHO_MAX));
 	} else if (!section[0]) {
-		rc = fail(st->msg, sizeof(st->msg), -EINVAL,
-			  "unknown key \"%s\" (before any [section])",
-			  echo(name, e, sizeof(e), ECHO_MAX));
+		rc = kvt_errf(st->msg, sizeof(st->msg), -EINVAL,
+			      "unknown key \"%s\" (before any [section])",
+			      echo(name, e, sizeof(e), ECHO_MAX));
 	} else {
 		snprintf(key, sizeof(key), "%s.%s", section, name);
 		rc = set_key(&st->cfg, key, value, st->msg, sizeof(st->msg));
@@ -836,34 +823,34 @@ KVT_API int kvt_config_load(struct kvt_config *cfg, const char *path, char *err,
 	int rc, e;
 
 	if (!cfg || !path)
-		return fail(err, errlen, -EINVAL, "no configuration or path given");
+		return kvt_errf(err, errlen, -EINVAL, "no configuration or path given");
 	echo(path, p, sizeof(p), 200);
 	st = calloc(1, sizeof(*st));
 	if (!st)
-		return fail(err, errlen, -ENOMEM, "%s: out of memory", p);
+		return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", p);
 	memcpy(&st->cfg, cfg, sizeof(*cfg));
 	st->f = fopen(path, "re");
 	if (!st->f) {
 		e = errno;
 		free(st);
-		return fail(err, errlen, -e, "%s: %s", p, strerror_r(e, eb, sizeof(eb)));
+		return kvt_errf(err, errlen, -e, "%s: %s", p, strerror_r(e, eb, sizeof(eb)));
 	}
 
 	rc = ini_parse_stream(reader, st, handler, st);
 
 	if (st->io_errno) {
 		e = st->io_errno;
-		rc = fail(err, errlen, -e, "%s: %s", p, strerror_r(e, eb, sizeof(eb)));
+		rc = kvt_errf(err, errlen, -e, "%s: %s", p, strerror_r(e, eb, sizeof(eb)));
 	} else if (rc > 0 && (!st->err_line || (unsigned)rc < st->err_line)) {
-		rc = fail(err, errlen, -EINVAL, "%s:%d: expected [section] or key = value", p, rc);
+		rc = kvt_errf(err, errlen, -EINVAL, "%s:%d: expected [section] or key = value", p, rc);
 	} else if (st->err_line) {
-		rc = fail(err, errlen, st->err, "%s:%u: %s", p, st->err_line, st->msg);
+		rc = kvt_errf(err, errlen, st->err, "%s:%u: %s", p, st->err_line, st->msg);
 	} else if (rc == -2) {
-		rc = fail(err, errlen, -ENOMEM, "%s: out of memory", p);
+		rc = kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", p);
 	} else if (rc) {
-		rc = fail(err, errlen, -EIO, "%s: cannot be parsed (libinih: %d)", p, rc);
+		rc = kvt_errf(err, errlen, -EIO, "%s: cannot be parsed (libinih: %d)", p, rc);
 	} else if ((rc = kvt_config_validate(&st->cfg, vmsg, sizeof(vmsg)))) {
-		rc = fail(err, errlen, rc, "%s: %s", p, vmsg);
+		rc = kvt_errf(err, errlen, rc, "%s: %s", p, vmsg);
 	} else {
 		memcpy(cfg, &st->cfg, sizeof(*cfg));
 	}

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "pager/errf.h"
 #include "pager/http.h"
 #include "pager/internal.h"
 
@@ -2279,19 +2280,6 @@ KVT_API int kvt_pager_drain(struct kvt_pager *p, int tier)
  * Live changes
  */
 
-static int set_fail(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int set_fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
-
 /* "tier.<name>.<field>": the tier and the field, or -1. */
 static int tier_key(const char *key, const char **field)
 {
@@ -2342,16 +2330,16 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 	int r;
 
 	if (!pol)
-		return set_fail(err, errlen, -EINVAL, "%s = %s: %s", key, spec, why);
+		return kvt_errf(err, errlen, -EINVAL, "%s = %s: %s", key, spec, why);
 	if (pol->flags & KVT_POLICY_OFFLINE)
-		return set_fail(err, errlen, -EINVAL, "%s = %s: needs future references; "
+		return kvt_errf(err, errlen, -EINVAL, "%s = %s: needs future references; "
 				"it runs only in kvt-sim", key, spec);
 	meta = calloc((size_t)t->nframes + 1, pol->meta_size ? pol->meta_size : 1);
 	order = malloc(((size_t)t->nframes + 1) * sizeof(*order));
 	if (!meta || !order) {
 		free(meta);
 		free(order);
-		return set_fail(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
+		return kvt_errf(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
 	}
 	r = pol->init(&pst, kvt_policy_params(spec), t->nframes);
 	if (r) {
@@ -2359,7 +2347,7 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 		free(order);
 		if (r != -ENOMEM)
 			r = -EINVAL;
-		return set_fail(err, errlen, r, "%s = %s: %s", key, spec, strerror(-r));
+		return kvt_errf(err, errlen, r, "%s = %s: %s", key, spec, strerror(-r));
 	}
 
 	pthread_mutex_lock(&p->lock);
@@ -2446,13 +2434,13 @@ static int resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key
 	uint64_t room = n, need = 0, busy = 0;
 
 	if (n > t->nframes)
-		return set_fail(err, errlen, -ERANGE,
+		return kvt_errf(err, errlen, -ERANGE,
 				"%s = %s: %llu frames, above the %u reserved at open "
 				"(tier.%s.max_bytes = %llu bytes)", key, value,
 				(unsigned long long)n, t->nframes, kvt_tier_name(ti),
 				(unsigned long long)t->nframes * t->stride);
 	if (n < 2)
-		return set_fail(err, errlen, -EINVAL, "%s = %s: holds %llu page%s: must hold at "
+		return kvt_errf(err, errlen, -EINVAL, "%s = %s: holds %llu page%s: must hold at "
 				"least 2", key, value, (unsigned long long)n, n == 1 ? "" : "s");
 	for (uint32_t f = 0; f < t->nframes; f++) {
 		uint32_t s = t->owner[f];
@@ -2460,7 +2448,7 @@ static int resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key
 			busy++;
 	}
 	if (n <= busy)
-		return set_fail(err, errlen, -EBUSY, "%s = %s: %llu frames, but %llu pages of the "
+		return kvt_errf(err, errlen, -EBUSY, "%s = %s: %llu frames, but %llu pages of the "
 				"%s tier are pinned (sequence tails, batches) or moving: it needs "
 				"more than that", key, value, (unsigned long long)n,
 				(unsigned long long)busy, kvt_tier_name(ti));
@@ -2471,7 +2459,7 @@ static int resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key
 		need += (pg->state == P_READY || pg->state == P_MOVING) && pg->top >= ti;
 	}
 	if (need > room)
-		return set_fail(err, errlen, -ENOSPC, "%s = %s: %llu pages have no copy above the "
+		return kvt_errf(err, errlen, -ENOSPC, "%s = %s: %llu pages have no copy above the "
 				"%s tier, and at %llu frames it and the tiers below hold %llu: "
 				"they would have nowhere to go",
 				key, value, (unsigned long long)need, kvt_tier_name(ti),
@@ -2507,7 +2495,7 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 	int ti, r;
 
 	if (!p)
-		return set_fail(err, errlen, -EINVAL, "no pager given");
+		return kvt_errf(err, errlen, -EINVAL, "no pager given");
 	pthread_mutex_lock(&p->lock);
 	c = p->cfg;
 	r = kvt_config_set(&c, key, value, err, errlen);
@@ -2522,7 +2510,7 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 		p->cfg.host_floor = c.host_floor;
 		p->cfg.psi_threshold = c.psi_threshold;
 	} else if (!strcmp(key, "psi.threshold")) {
-		r = set_fail(err, errlen, -EPERM, "%s: the memory-pressure watcher was not started "
+		r = kvt_errf(err, errlen, -EPERM, "%s: the memory-pressure watcher was not started "
 			     "at open (psi.threshold was 0 or psi.path empty): restart with it in "
 			     "the config", key);
 	} else if (ti >= 0 && !strcmp(field, "policy")) {
@@ -2533,7 +2521,7 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 		const struct kvt_tier_config *tc = &c.tier[ti];
 		struct tier *t = &p->t[ti];
 		if (tc->wm_min > tc->wm_low || tc->wm_low > tc->wm_high) {
-			r = set_fail(err, errlen, -EINVAL,
+			r = kvt_errf(err, errlen, -EINVAL,
 				     "%s = %s: wm_min = %u, wm_low = %u, wm_high = %u: must be "
 				     "wm_min <= wm_low <= wm_high", key, value,
 				     tc->wm_min, tc->wm_low, tc->wm_high);
@@ -2557,7 +2545,7 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 	} else {
 		/* access.host_in_place among them: batches, queued moves and
 		 * prefetched pages are bound to the tier acquire hands back. */
-		r = set_fail(err, errlen, -EPERM,
+		r = kvt_errf(err, errlen, -EPERM,
 			     "%s cannot change while the pager runs (restart with it in the config)",
 			     key);
 	}

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pager/errf.h"
 #include "pager/policy.h"
 #include "pager/sim.h"
 
@@ -36,20 +37,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
 }
 
 /* ---------------------------------------------------------------------
@@ -221,22 +208,22 @@ static int map_file(const char *path, void **map, size_t *len, char *err, size_t
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &st)) {
 		int r = -errno;
 		close(fd);
-		return fail(err, errlen, r, "%s: %s", path, strerror(-r));
+		return kvt_errf(err, errlen, r, "%s: %s", path, strerror(-r));
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
 		close(fd);
-		return fail(err, errlen, -EINVAL, "%s: %s", path,
-			    S_ISREG(st.st_mode) ? "empty file" : "not a regular file");
+		return kvt_errf(err, errlen, -EINVAL, "%s: %s", path,
+				S_ISREG(st.st_mode) ? "empty file" : "not a regular file");
 	}
 	*len = (size_t)st.st_size;
 	*map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
 	close(fd);
 	if (*map == MAP_FAILED)
-		return fail(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
+		return kvt_errf(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
 	madvise(*map, *len, MADV_SEQUENTIAL);
 	return 0;
 }
@@ -255,15 +242,15 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 		return r;
 	if (len % ORACLE_REC) {
 		munmap(map, len);
-		return fail(err, errlen, -EINVAL, "%s: oracleGeneral: %zu bytes is not a whole "
-			    "number of 24-byte records: byte offset %zu starts a truncated one",
-			    path, len, len - len % ORACLE_REC);
+		return kvt_errf(err, errlen, -EINVAL, "%s: oracleGeneral: %zu bytes is not a whole "
+				"number of 24-byte records: byte offset %zu starts a truncated one",
+				path, len, len - len % ORACLE_REC);
 	}
 	n = len / ORACLE_REC;
 	if (n >= UINT32_MAX) {
 		munmap(map, len);
-		return fail(err, errlen, -E2BIG, "%s: %zu records: at most %u", path, n,
-			    UINT32_MAX - 1);
+		return kvt_errf(err, errlen, -E2BIG, "%s: %zu records: at most %u", path, n,
+				UINT32_MAX - 1);
 	}
 	r = kmap_init(&rm.map, 1 << 16);
 	t->id = malloc(n * sizeof(*t->id));
@@ -272,7 +259,7 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 		kmap_free(&rm.map);
 		free(t->id);
 		t->id = NULL;
-		return fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+		return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", path);
 	}
 	const uint8_t *b = map;
 	for (size_t i = 0; i < n; i++) {
@@ -289,7 +276,7 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 			kmap_free(&rm.map);
 			free(rm.key);
 			kvt_sim_trace_free(t);
-			return fail(err, errlen, -ENOMEM, "%s: out of memory at record %zu", path, i);
+			return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory at record %zu", path, i);
 		}
 		t->id[i] = id;
 	}
@@ -325,17 +312,17 @@ int kvt_sim_trace_recs(struct kvt_sim_trace *t, const struct kvt_trace_rec *rec,
 	for (size_t i = 0; i < nrec; i++) {
 		const struct kvt_trace_rec *x = &rec[i];
 		if (x->event < KVT_EV_ACCESS || x->event > KVT_EV_MAX)
-			return fail(err, errlen, -EINVAL, "record %zu (byte offset %llu): unknown "
-				    "event %u", i, (unsigned long long)(off0 + i * rsz), x->event);
+			return kvt_errf(err, errlen, -EINVAL, "record %zu (byte offset %llu): unknown "
+					"event %u", i, (unsigned long long)(off0 + i * rsz), x->event);
 		if ((x->from >= 3 && x->from != KVT_TRACE_NONE) ||
 		    (x->to >= 3 && x->to != KVT_TRACE_NONE))
-			return fail(err, errlen, -EINVAL, "record %zu (byte offset %llu): tier "
-				    "%u -> %u", i, (unsigned long long)(off0 + i * rsz), x->from, x->to);
+			return kvt_errf(err, errlen, -EINVAL, "record %zu (byte offset %llu): tier "
+					"%u -> %u", i, (unsigned long long)(off0 + i * rsz), x->from, x->to);
 		n += is_input(x->event);
 		nscore += x->event == KVT_EV_SCORE;
 	}
 	if (n >= UINT32_MAX)
-		return fail(err, errlen, -E2BIG, "%zu input records: at most %u", n, UINT32_MAX - 1);
+		return kvt_errf(err, errlen, -E2BIG, "%zu input records: at most %u", n, UINT32_MAX - 1);
 	r = kmap_init(&rm.map, 1024);
 	t->id = malloc((n ? n : 1) * sizeof(*t->id));
 	t->ev = malloc(n ? n : 1);
@@ -435,7 +422,7 @@ nomem:
 	kmap_free(&rm.map);
 	free(rm.key);
 	kvt_sim_trace_free(t);
-	return fail(err, errlen, -ENOMEM, "out of memory");
+	return kvt_errf(err, errlen, -ENOMEM, "out of memory");
 }
 
 int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
@@ -448,7 +435,7 @@ int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size
 	memset(t, 0, sizeof(*t));
 	r = kvt_trace_open(path, &tr, e, sizeof(e));
 	if (r)
-		return fail(err, errlen, r, "%s", e);
+		return kvt_errf(err, errlen, r, "%s", e);
 	r = kvt_sim_trace_recs(t, tr.rec, tr.nrec, &tr.hdr, e, sizeof(e));
 	if (!r && tr.hdr.config_len) {
 		t->config = malloc((size_t)tr.hdr.config_len + 1);
@@ -463,7 +450,7 @@ int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size
 	}
 	kvt_trace_close(&tr);
 	if (r)
-		return fail(err, errlen, r, "%s: %s", path, e);
+		return kvt_errf(err, errlen, r, "%s: %s", path, e);
 	t->load_s = now_s() - t0;
 	return 0;
 }
@@ -476,7 +463,7 @@ int kvt_sim_trace_load(const char *path, struct kvt_sim_trace *t, char *err, siz
 
 	memset(t, 0, sizeof(*t));
 	if (fd < 0)
-		return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	got = read(fd, magic, sizeof(magic));
 	close(fd);
 	if (got == (ssize_t)sizeof(magic) && !memcmp(magic, KVT_TRACE_MAGIC, 8))
@@ -484,11 +471,11 @@ int kvt_sim_trace_load(const char *path, struct kvt_sim_trace *t, char *err, siz
 	char e[384];
 	int r = kvt_sim_trace_oracle(path, t, e, sizeof(e));
 	if (r == -EINVAL)
-		return fail(err, errlen, r, "%s: not a kvtier trace (no %s magic), nor %s",
-			    path, KVT_TRACE_MAGIC, e + (strncmp(e, path, strlen(path)) ? 0 :
-							  strlen(path) + 2));
+		return kvt_errf(err, errlen, r, "%s: not a kvtier trace (no %s magic), nor %s",
+				path, KVT_TRACE_MAGIC, e + (strncmp(e, path, strlen(path)) ? 0 :
+							      strlen(path) + 2));
 	if (r)
-		return fail(err, errlen, r, "%s", e);
+		return kvt_errf(err, errlen, r, "%s", e);
 	return 0;
 }
 
@@ -663,15 +650,15 @@ int kvt_sim_parse_costs(const char *s, struct kvt_sim_tier *t, char *err, size_t
 	while (s && *s) {
 		size_t len = strcspn(s, ","), klen = strcspn(s, "=");
 		if (klen >= len)
-			return fail(err, errlen, -EINVAL, "'%.*s': want key=value", (int)len, s);
+			return kvt_errf(err, errlen, -EINVAL, "'%.*s': want key=value", (int)len, s);
 		const char *v = s + klen + 1;
 		size_t vlen = len - klen - 1;
 		int is_time = (klen >= 3 && !memcmp(s + klen - 3, "lat", 3));
 		double x = parse_num(v, vlen, is_time);
 		if (x < 0)
-			return fail(err, errlen, -EINVAL, "'%.*s': %s", (int)len, s,
-				    is_time ? "want a time like 80us, 2ms or 0.001"
-					    : "want bytes per second like 12G or 3500M");
+			return kvt_errf(err, errlen, -EINVAL, "'%.*s': %s", (int)len, s,
+					is_time ? "want a time like 80us, 2ms or 0.001"
+						: "want bytes per second like 12G or 3500M");
 		if (klen == 2 && !memcmp(s, "bw", 2))
 			t->up_bw = t->down_bw = x;
 		else if (klen == 3 && !memcmp(s, "lat", 3))
@@ -685,8 +672,8 @@ int kvt_sim_parse_costs(const char *s, struct kvt_sim_tier *t, char *err, size_t
 		else if (klen == 4 && !memcmp(s, "wlat", 4))
 			t->down_lat = x;
 		else
-			return fail(err, errlen, -EINVAL, "'%.*s': unknown key (bw, lat, rbw, rlat, "
-				    "wbw, wlat)", (int)klen, s);
+			return kvt_errf(err, errlen, -EINVAL, "'%.*s': unknown key (bw, lat, rbw, rlat, "
+					"wbw, wlat)", (int)klen, s);
 		s += len + (s[len] == ',');
 	}
 	return 0;
@@ -1354,8 +1341,8 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 
 	memset(res, 0, sizeof(*res));
 	if (!c || !t || !c->ntiers || c->ntiers > KVT_SIM_MAX_TIERS)
-		return fail(err, errlen, -EINVAL, "%u tiers: want 1..%d", c ? c->ntiers : 0,
-			    KVT_SIM_MAX_TIERS);
+		return kvt_errf(err, errlen, -EINVAL, "%u tiers: want 1..%d", c ? c->ntiers : 0,
+				KVT_SIM_MAX_TIERS);
 	s.t = t;
 	s.nt = c->ntiers;
 	s.last = (int)c->ntiers - 1;
@@ -1368,14 +1355,14 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		const struct kvt_sim_tier *tc = &c->tier[ti];
 		struct stier *x = &s.tr[ti];
 		if (!tc->frames || tc->frames >= UINT32_MAX) {
-			r = fail(err, errlen, -EINVAL, "tier %u: %llu frames: want 1..%u", ti,
-				 (unsigned long long)tc->frames, UINT32_MAX - 1);
+			r = kvt_errf(err, errlen, -EINVAL, "tier %u: %llu frames: want 1..%u", ti,
+				     (unsigned long long)tc->frames, UINT32_MAX - 1);
 			goto out;
 		}
 		x->pol = tc->ops ? tc->ops : kvt_policy_find(tc->policy);
 		if (!x->pol) {
-			r = fail(err, errlen, -EINVAL, "tier %u: policy '%s': no such policy", ti,
-				 tc->policy);
+			r = kvt_errf(err, errlen, -EINVAL, "tier %u: policy '%s': no such policy", ti,
+				     tc->policy);
 			goto out;
 		}
 		offline |= !!(x->pol->flags & KVT_POLICY_OFFLINE);
@@ -1385,7 +1372,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		x->owner = malloc((size_t)x->nframes * sizeof(*x->owner));
 		x->freel = malloc((size_t)x->nframes * sizeof(*x->freel));
 		if (!x->meta || !x->owner || !x->freel) {
-			r = fail(err, errlen, -ENOMEM, "tier %u: out of memory", ti);
+			r = kvt_errf(err, errlen, -ENOMEM, "tier %u: out of memory", ti);
 			goto out;
 		}
 		/* Frames are handed out from 0 up (policies never see them). */
@@ -1396,8 +1383,8 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		r = x->pol->init(&x->pst, kvt_policy_params(tc->policy), x->nframes);
 		if (r) {
 			x->pst = NULL;
-			r = fail(err, errlen, r == -ENOMEM ? r : -EINVAL, "tier %u: policy '%s': %s",
-				 ti, tc->policy, strerror(-r));
+			r = kvt_errf(err, errlen, r == -ENOMEM ? r : -EINVAL, "tier %u: policy '%s': %s",
+				     ti, tc->policy, strerror(-r));
 			goto out;
 		}
 		x->wm_min = tc->wm_min;
@@ -1409,8 +1396,8 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		x->ti = (int)ti;
 	}
 	if (offline && !t->next) {
-		r = fail(err, errlen, -EINVAL, "an offline policy needs the next-use times "
-			 "(kvt_sim_trace_next)");
+		r = kvt_errf(err, errlen, -EINVAL, "an offline policy needs the next-use times "
+			     "(kvt_sim_trace_next)");
 		goto out;
 	}
 	size_t np = (size_t)t->npages + 1;
@@ -1420,7 +1407,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 	s.nextu = offline ? malloc(np * sizeof(*s.nextu)) : NULL;
 	if (!s.frame || !s.pin || !s.last_step || (offline && !s.nextu) ||
 	    kmap_init(&s.tails, 64)) {
-		r = fail(err, errlen, -ENOMEM, "out of memory for %u pages", t->npages);
+		r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u pages", t->npages);
 		goto out;
 	}
 	if (t->has_hdr && t->hdr.source == KVT_SRC_PAGER && t->npages) {
@@ -1431,7 +1418,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		s.slots = 1;
 		s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
 		if (!s.slot2id) {
-			r = fail(err, errlen, -ENOMEM, "out of memory for %u slots", ns);
+			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u slots", ns);
 			goto out;
 		}
 	}
@@ -1439,7 +1426,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		s.depth = c->prefetch_depth;
 		s.pf = calloc(np, 1);
 		if (!s.pf || kmap_init(&s.where, t->npages)) {
-			r = fail(err, errlen, -ENOMEM, "out of memory for %u pages", t->npages);
+			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u pages", t->npages);
 			goto out;
 		}
 		/* Pages made before the trace began (or without NEW records):
@@ -1450,7 +1437,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 				size_t j = kmap_slot(&s.where, where_key(t->seq[p], t->layer[p],
 									 t->index[p]));
 				if (!s.where.s[j].v && where_set(&s, p)) {
-					r = fail(err, errlen, -ENOMEM, "out of memory");
+					r = kvt_errf(err, errlen, -ENOMEM, "out of memory");
 					goto out;
 				}
 			}
@@ -1466,7 +1453,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 	} else {
 		r = run_general(&s, c->progress, c->progress_arg);
 		if (r)
-			r = fail(err, errlen, r, "replay: %s", strerror(-r));
+			r = kvt_errf(err, errlen, r, "replay: %s", strerror(-r));
 	}
 	if (c->progress)
 		c->progress(c->progress_arg, 1);
@@ -1575,25 +1562,25 @@ int kvt_sim_mrc(const struct kvt_sim_trace *t, const char *const *policies, unsi
 	uint64_t total;
 
 	if (!np || !nsizes)
-		return fail(err, errlen, -EINVAL, "no policies or no sizes");
+		return kvt_errf(err, errlen, -EINVAL, "no policies or no sizes");
 	for (unsigned p = 0; p < np; p++) {
 		const struct kvt_policy_ops *ops = kvt_policy_find(policies[p]);
 		void *st;
 		if (!ops)
-			return fail(err, errlen, -EINVAL, "policy '%s': no such policy", policies[p]);
+			return kvt_errf(err, errlen, -EINVAL, "policy '%s': no such policy", policies[p]);
 		if ((ops->flags & KVT_POLICY_OFFLINE) && !t->next)
-			return fail(err, errlen, -EINVAL, "policy '%s' is offline: the trace needs "
-				    "its next-use times (kvt_sim_trace_next)", policies[p]);
+			return kvt_errf(err, errlen, -EINVAL, "policy '%s' is offline: the trace needs "
+					"its next-use times (kvt_sim_trace_next)", policies[p]);
 		int r = ops->init(&st, kvt_policy_params(policies[p]), 64);
 		if (r)
-			return fail(err, errlen, -EINVAL, "policy '%s': %s", policies[p],
-				    strerror(-r));
+			return kvt_errf(err, errlen, -EINVAL, "policy '%s': %s", policies[p],
+					strerror(-r));
 		ops->destroy(st);
 	}
 	for (unsigned s = 0; s < nsizes; s++)
 		if (!frames[s] || frames[s] >= UINT32_MAX)
-			return fail(err, errlen, -EINVAL, "size %llu frames: want 1..%u",
-				    (unsigned long long)frames[s], UINT32_MAX - 1);
+			return kvt_errf(err, errlen, -EINVAL, "size %llu frames: want 1..%u",
+					(unsigned long long)frames[s], UINT32_MAX - 1);
 	if (threads < 1)
 		threads = 1;
 	if (threads > np * nsizes)
@@ -1622,7 +1609,7 @@ int kvt_sim_mrc(const struct kvt_sim_trace *t, const char *const *policies, unsi
 		progress(arg, 1);
 	pthread_mutex_destroy(&m.lock);
 	if (m.err)
-		return fail(err, errlen, m.err, "%s", m.msg);
+		return kvt_errf(err, errlen, m.err, "%s", m.msg);
 	return 0;
 }
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "pager/errf.h"
 #include "pager/internal.h"
 #include "pager/trace.h"
 
@@ -36,19 +37,6 @@
 #define REC_ALIGN	64		/* rec_off is rounded up to this */
 #define REC_SIZE_MAX	4096		/* a larger rec_size is not a trace */
 #define OG_SIZE		24		/* oracleGeneral request */
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 /* ---------------------------------------------------------------------
  * Reading
@@ -72,36 +60,36 @@ int kvt_trace_open(const char *path, struct kvt_trace *t, char *err, size_t errl
 	memset(t, 0, sizeof(*t));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &st)) {
 		rc = -errno;
 		close(fd);
-		return fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
+		return kvt_errf(err, errlen, rc, "%s: %s", path, strerror(-rc));
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return fail(err, errlen, -EINVAL, "%s: not a regular file", path);
+		return kvt_errf(err, errlen, -EINVAL, "%s: not a regular file", path);
 	}
 	size = (uint64_t)st.st_size;
 	if (size < 8) {
 		close(fd);
-		return fail(err, errlen, -EINVAL, "%s: byte %llu: truncated header (%llu of %zu bytes)",
-			    path, (unsigned long long)size, (unsigned long long)size,
-			    sizeof(struct kvt_trace_hdr));
+		return kvt_errf(err, errlen, -EINVAL, "%s: byte %llu: truncated header (%llu of %zu bytes)",
+				path, (unsigned long long)size, (unsigned long long)size,
+				sizeof(struct kvt_trace_hdr));
 	}
 	t->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	rc = t->map == MAP_FAILED ? -errno : 0;
 	close(fd);
 	if (rc) {
 		t->map = NULL;
-		return fail(err, errlen, rc, "%s: mmap: %s", path, strerror(-rc));
+		return kvt_errf(err, errlen, rc, "%s: mmap: %s", path, strerror(-rc));
 	}
 	t->map_len = size;
 	b = t->map;
 
 #define BAD(off, ...) do { char _m[256]; snprintf(_m, sizeof(_m), __VA_ARGS__); \
-		unmap(t); return fail(err, errlen, -EINVAL, "%s: byte %llu: %s", path, \
-				      (unsigned long long)(off), _m); } while (0)
+		unmap(t); return kvt_errf(err, errlen, -EINVAL, "%s: byte %llu: %s", path, \
+					  (unsigned long long)(off), _m); } while (0)
 	if (memcmp(b, KVT_TRACE_MAGIC, 8))
 		BAD(0, "bad magic (not a kvtier trace)");
 	if (size < 24)
@@ -172,7 +160,7 @@ int kvt_trace_open(const char *path, struct kvt_trace *t, char *err, size_t errl
 		struct kvt_trace_rec *v = malloc((nrec ? nrec : 1) * sizeof(*v));
 		if (!v) {
 			unmap(t);
-			return fail(err, errlen, -ENOMEM, "%s: out of memory", path);
+			return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", path);
 		}
 		for (uint64_t i = 0; i < nrec; i++)
 			memcpy(&v[i], b + rec_off + i * rec_size, sizeof(*v));
@@ -710,7 +698,7 @@ static int in_open(const char *path, struct infile *f, char *err, size_t errlen)
 	memset(f, 0, sizeof(*f));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &st))
 		rc = -errno;
 	else if (!S_ISREG(st.st_mode))
@@ -724,8 +712,8 @@ static int in_open(const char *path, struct infile *f, char *err, size_t errlen)
 	}
 	close(fd);
 	if (rc)
-		return fail(err, errlen, rc, "%s: %s", path,
-			    rc == -EINVAL ? "not a regular file" : strerror(-rc));
+		return kvt_errf(err, errlen, rc, "%s: %s", path,
+				rc == -EINVAL ? "not a regular file" : strerror(-rc));
 	f->p = f->map ? f->map : (const uint8_t *)"";
 	f->n = f->map ? (size_t)st.st_size : 0;
 	return 0;
@@ -741,7 +729,7 @@ static int out_finish(struct kvt_trace_writer *w, int rc, const char *out, char 
 {
 	int r2 = kvt_trace_finish(w);
 	if (!rc && r2)
-		rc = fail(err, errlen, r2, "%s: %s", out, strerror(-r2));
+		rc = kvt_errf(err, errlen, r2, "%s: %s", out, strerror(-r2));
 	if (rc)
 		unlink(out);
 	return rc;
@@ -760,15 +748,15 @@ int kvt_trace_import_oracle(const char *in, const char *out, char *err, size_t e
 		return rc;
 	n = f.n / OG_SIZE;
 	if (f.n % OG_SIZE) {
-		rc = fail(err, errlen, -EINVAL, "%s: byte %zu: truncated request %zu (%zu of %d bytes)",
-			  in, n * OG_SIZE, n, f.n % OG_SIZE, OG_SIZE);
+		rc = kvt_errf(err, errlen, -EINVAL, "%s: byte %zu: truncated request %zu (%zu of %d bytes)",
+			      in, n * OG_SIZE, n, f.n % OG_SIZE, OG_SIZE);
 		in_close(&f);
 		return rc;
 	}
 	rc = kvt_trace_create(out, &hdr, NULL, 0, &w);
 	if (rc) {
 		in_close(&f);
-		return fail(err, errlen, rc, "%s: %s", out, strerror(-rc));
+		return kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
 		const uint8_t *q = f.p + i * OG_SIZE;
@@ -784,7 +772,7 @@ int kvt_trace_import_oracle(const char *in, const char *out, char *err, size_t e
 		};
 		rc = kvt_trace_put(w, &r, 1);
 		if (rc)
-			rc = fail(err, errlen, rc, "%s: %s", out, strerror(-rc));
+			rc = kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
 	in_close(&f);
 	return out_finish(w, rc, out, err, errlen);
@@ -808,7 +796,7 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 	if (!next || kmap_init(&last, 1024)) {
 		free(next);
 		kvt_trace_close(&t);
-		return fail(err, errlen, -ENOMEM, "%s: out of memory", in);
+		return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", in);
 	}
 	/* Backwards: each request's next request for the same key, as the
 	 * 1-based index libCacheSim's traceConv writes. */
@@ -820,7 +808,7 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 		k--;
 		int64_t *v = kmap_get(&last, r->key, -1, &fresh);
 		if (!v) {
-			rc = fail(err, errlen, -ENOMEM, "%s: out of memory", in);
+			rc = kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", in);
 			goto out;
 		}
 		next[k] = *v;
@@ -828,7 +816,7 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 	}
 	fo = fopen(out, "wbe");
 	if (!fo) {
-		rc = fail(err, errlen, -errno, "%s: %s", out, strerror(errno));
+		rc = kvt_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
 		goto out;
 	}
 	setvbuf(fo, NULL, _IOFBF, WBUF_BYTES);
@@ -854,12 +842,12 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 		memcpy(q + 16, &next[k], 8);
 		k++;
 		if (fwrite(q, 1, OG_SIZE, fo) != OG_SIZE) {
-			rc = fail(err, errlen, -EIO, "%s: %s", out, strerror(errno));
+			rc = kvt_errf(err, errlen, -EIO, "%s: %s", out, strerror(errno));
 			break;
 		}
 	}
 	if (fclose(fo) && !rc)
-		rc = fail(err, errlen, -EIO, "%s: %s", out, strerror(errno));
+		rc = kvt_errf(err, errlen, -EIO, "%s: %s", out, strerror(errno));
 	if (rc)
 		unlink(out);
 out:
@@ -1179,7 +1167,7 @@ int kvt_trace_import_mooncake(const char *in, const char *out, char *err, size_t
 	rc = kvt_trace_create(out, &hdr, NULL, 0, &w);
 	if (rc) {
 		in_close(&f);
-		return fail(err, errlen, rc, "%s: %s", out, strerror(-rc));
+		return kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
 	for (const char *p = (const char *)f.p, *end = p + f.n; p < end && !rc;) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -1193,12 +1181,12 @@ int kvt_trace_import_mooncake(const char *in, const char *out, char *err, size_t
 			continue;
 		}
 		if (memchr(p, 0, (size_t)(le - p))) {
-			rc = fail(err, errlen, -EINVAL, "%s: line %zu: NUL byte", in, lineno);
+			rc = kvt_errf(err, errlen, -EINVAL, "%s: line %zu: NUL byte", in, lineno);
 			break;
 		}
 		if (mc_parse(&j, &l)) {
-			rc = fail(err, errlen, -EINVAL, "%s: line %zu: column %zu: %s", in, lineno,
-				  (size_t)(j.at - j.line0) + 1, j.why);
+			rc = kvt_errf(err, errlen, -EINVAL, "%s: line %zu: column %zu: %s", in, lineno,
+				      (size_t)(j.at - j.line0) + 1, j.why);
 			break;
 		}
 		for (size_t i = 0; i < l.nids && !rc; i++) {
@@ -1209,7 +1197,7 @@ int kvt_trace_import_mooncake(const char *in, const char *out, char *err, size_t
 			};
 			rc = kvt_trace_put(w, &r, 1);
 			if (rc)
-				rc = fail(err, errlen, rc, "%s: %s", out, strerror(-rc));
+				rc = kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 		}
 		req++;
 		p = nl ? nl + 1 : end;
