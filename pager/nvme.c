@@ -8,16 +8,19 @@
  * before Linux 6.6) fails with EINVAL only after creating the file, so the
  * create-then-switch order is what lets a failure leave nothing behind.
  *
- * Run: the caller's array is taken in windows of caller order (at most
- * ents_cap requests each; a window ends early before a request whose order
- * against an earlier one of the window matters: overlapping in the file,
- * one of the two a write, or in memory, one of the two a read).
- * A window is sorted by (op, off, index) into ents[] without moving the
- * caller's array, cut into ops (runs of adjacent offsets up to max_io, one
- * contiguous or registered buffer, else an iovec per buffer run) and
- * driven through the ring with at most depth_limit ops in flight. Windows
- * run one after the other, each drained before the next, so overlapping
- * requests complete in caller order.
+ * Run: the caller's array is taken in windows of caller order (a window
+ * ends before a request whose order against an earlier one of the window
+ * matters: overlapping in the file, one of the two a write, or in memory,
+ * one of the two a read). A window [s, e) is sorted by (op, off, index)
+ * into ents[s, e) without moving the caller's array, cut into ops (runs
+ * of adjacent offsets up to max_io, one contiguous or registered buffer,
+ * else an iovec per buffer run) and driven through the ring with at most
+ * depth_limit ops in flight. A window cut short by such a pair is drained
+ * before the next starts, so overlapping requests complete in caller
+ * order. Requests the caller adds through its more() hook, once every
+ * earlier one has started, form new windows that start at once, the ops
+ * before them still in flight: that is what keeps the queue full from one
+ * of the caller's batches to the next.
  *
  * Each op in flight owns one slot of ops[] (depth of them, made at open);
  * a slot's iovec array is allocated on its first vectored op and kept, so
@@ -53,7 +56,7 @@
 
 #define unlikely(x)	__builtin_expect(!!(x), 0)
 
-/* One request of the current window, in sort order. */
+/* One request of the run, in sort order within its window. */
 struct ent {
 	uint64_t off;
 	uint32_t idx;		/* index into the caller's array */
@@ -102,12 +105,13 @@ struct kvt_nvme {
 	char	*buf_base;		/* registered buffers: [buf_base, +buf_bytes) */
 	size_t	 buf_bytes;		/* in CHUNK_MAX pieces, index = offset / CHUNK_MAX */
 
-	struct ent *ents;		/* (ents_cap) the current window, sorted */
-	struct span *spans;		/* (ents_cap) its buffers, sorted by address */
+	struct ent *ents;		/* (ents_cap) the run's windows, each sorted */
+	struct span *spans;		/* (ents_cap) a window's buffers, by address */
 	unsigned ents_cap;
 	struct op *ops;			/* (info.depth) op slots */
 	struct op *free;		/* free slots */
 	unsigned inflight;		/* slots in use */
+	unsigned win_end;		/* end of the window being started */
 
 	/* The current run (valid inside kvt_nvme_run only). */
 	struct kvt_io *reqs;
@@ -566,26 +570,26 @@ static int bad_req(const struct kvt_nvme *n, const struct kvt_io *io)
 	       io->off > n->info.bytes - io->len;
 }
 
-/* Fill ents with reqs[s, s + k) in sort order. */
+/* Fill ents[s, s + k) with reqs[s, s + k) in sort order. */
 static void build(struct kvt_nvme *n, const struct kvt_io *reqs, unsigned s, unsigned k)
 {
+	struct ent *e = n->ents + s;
 	unsigned i;
 
 	for (i = 0; i < k; i++) {
 		const struct kvt_io *io = &reqs[s + i];
 
-		n->ents[i].off = io->off;
-		n->ents[i].idx = s + i;
-		n->ents[i].op = bad_req(n, io) ? OP_BAD : io->op;
+		e[i].off = io->off;
+		e[i].idx = s + i;
+		e[i].op = bad_req(n, io) ? OP_BAD : io->op;
 	}
-	qsort(n->ents, k, sizeof(*n->ents), ent_cmp);
+	qsort(e, k, sizeof(*e), ent_cmp);
 }
 
-/* Does the sorted window ents[0, k) hold two overlapping requests, one of
+/* Does the sorted window e[0, k) hold two overlapping requests, one of
  * them a write? Reads sort before writes, each by offset. */
-static int file_conflicts(const struct kvt_nvme *n, const struct kvt_io *reqs, unsigned k)
+static int file_conflicts(const struct ent *e, const struct kvt_io *reqs, unsigned k)
 {
-	const struct ent *e = n->ents;
 	unsigned r, w, nr = 0;
 	uint64_t end = 0;
 
@@ -621,22 +625,23 @@ static int span_cmp(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Do two requests of the window use overlapping memory, one of them a
- * read (which writes that memory)? E.g. a frame written out and read
- * into again in one batch. */
-static int mem_conflicts(struct kvt_nvme *n, const struct kvt_io *reqs, unsigned k)
+/* Do two requests of the sorted window e[0, k) use overlapping memory, one
+ * of them a read (which writes that memory)? E.g. a frame written out and
+ * read into again in one batch. */
+static int mem_conflicts(struct kvt_nvme *n, const struct ent *e, const struct kvt_io *reqs,
+			 unsigned k)
 {
 	uintptr_t any = 0, rd = 0;	/* furthest end so far: all, reads */
 	unsigned i, m = 0;
 
 	for (i = 0; i < k; i++) {
-		const struct kvt_io *io = &reqs[n->ents[i].idx];
+		const struct kvt_io *io = &reqs[e[i].idx];
 
-		if (n->ents[i].op == OP_BAD)
+		if (e[i].op == OP_BAD)
 			continue;
 		n->spans[m].start = (uintptr_t)io->buf;
 		n->spans[m].end = (uintptr_t)io->buf + io->len;
-		n->spans[m++].op = n->ents[i].op;
+		n->spans[m++].op = e[i].op;
 	}
 	qsort(n->spans, m, sizeof(*n->spans), span_cmp);
 	for (i = 0; i < m; i++) {
@@ -659,7 +664,7 @@ static int build_conflicts(struct kvt_nvme *n, const struct kvt_io *reqs,
 			   unsigned s, unsigned k)
 {
 	build(n, reqs, s, k);
-	return file_conflicts(n, reqs, k) || mem_conflicts(n, reqs, k);
+	return file_conflicts(n->ents + s, reqs, k) || mem_conflicts(n, n->ents + s, reqs, k);
 }
 
 /* ------------------------------------------------------------ the ring */
@@ -941,13 +946,14 @@ static int submit_wait(struct kvt_nvme *n)
 	}
 }
 
-/* The ring failed: requests of this window not yet done get err. */
-static int fail_window(struct kvt_nvme *n, unsigned pos, unsigned k, int err)
+/* The ring failed: requests of the run not yet done (not started: from
+ * pos on; started: in a busy op) get err. */
+static int fail_run(struct kvt_nvme *n, unsigned pos, unsigned nreq, int err)
 {
 	unsigned i, j;
 
-	for (i = pos; i < k; i++)
-		n->reqs[n->ents[i].idx].res = err;
+	for (i = pos; i < nreq; i++)
+		n->reqs[i < n->win_end ? n->ents[i].idx : i].res = err;
 	for (i = 0; i < n->info.depth; i++) {
 		const struct op *op = &n->ops[i];
 
@@ -968,56 +974,33 @@ static int fail_window(struct kvt_nvme *n, unsigned pos, unsigned k, int err)
 	return err;
 }
 
-/* Run the sorted window ents[0, k) to completion. */
-static int run_window(struct kvt_nvme *n, unsigned k)
+/* Reap the completions that are ready. Returns 0 or -errno (no SQE for a
+ * retry). */
+static int reap(struct kvt_nvme *n)
 {
 	struct io_uring_cqe *cqes[CQE_BATCH];
-	unsigned pos = 0, got, i;
-	int r;
+	unsigned got = io_uring_peek_batch_cqe(&n->ring, cqes, CQE_BATCH), i;
+	uint64_t now = now_ns();
+	int r = 0;
 
-	while (pos < k || n->inflight) {
-		uint64_t now = 0;
+	for (i = 0; i < got && !r; i++) {
+		struct op *op = io_uring_cqe_get_data(cqes[i]);
+		int res = cqes[i]->res;
 
-		while (pos < k && n->inflight < n->info.depth_limit) {
-			if (!now)
-				now = now_ns();
-			r = start_op(n, pos, k, now);
-			if (r < 0)
-				return fail_window(n, pos, k, r);
-			pos = (unsigned)r;
+		if (unlikely(n->fault_on) && n->fault.slow_us) {
+			struct timespec ts = {
+				.tv_sec = n->fault.slow_us / 1000000,
+				.tv_nsec = (long)(n->fault.slow_us % 1000000) * 1000,
+			};
+
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+			now = now_ns();
 		}
-		if (!n->inflight)
-			continue;
-		r = submit_wait(n);
-		if (r)
-			return fail_window(n, pos, k, r);
-		got = io_uring_peek_batch_cqe(&n->ring, cqes, CQE_BATCH);
-		if (!got)
-			continue;
-		now = now_ns();
-		for (i = 0; i < got; i++) {
-			struct op *op = io_uring_cqe_get_data(cqes[i]);
-			int res = cqes[i]->res;
-
-			if (unlikely(n->fault_on) && n->fault.slow_us) {
-				struct timespec ts = {
-					.tv_sec = n->fault.slow_us / 1000000,
-					.tv_nsec = (long)(n->fault.slow_us % 1000000) * 1000,
-				};
-
-				while (nanosleep(&ts, &ts) && errno == EINTR)
-					;
-				now = now_ns();
-			}
-			r = handle(n, op, res, now);
-			if (r) {
-				io_uring_cq_advance(&n->ring, got);
-				return fail_window(n, pos, k, r);
-			}
-		}
-		io_uring_cq_advance(&n->ring, got);
+		r = handle(n, op, res, now);
 	}
-	return 0;
+	io_uring_cq_advance(&n->ring, got);
+	return r;
 }
 
 /* The longest prefix of reqs[s, s + k) without a conflict (>= 1; monotone,
@@ -1039,42 +1022,90 @@ static unsigned clean_prefix(struct kvt_nvme *n, const struct kvt_io *reqs,
 	return lo;
 }
 
-int kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
-		 void (*done)(void *arg, struct kvt_io *io), void *arg)
+int kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, unsigned cap,
+		      void (*done)(void *arg, struct kvt_io *io), kvt_nvme_more_fn more,
+		      void *arg)
 {
-	unsigned s = 0;
-	int r;
+	unsigned pos = 0, i;
+	int drain = 0, idle = 0, r;	/* idle: more had nothing since the last reap */
 
-	if (!n || (nreq && !reqs))
+	if (!n || (nreq && !reqs) || cap < nreq || (more && !reqs))
 		return -EINVAL;
 	if (n->broken)
 		return n->broken;
-	if (nreq > n->ents_cap) {
-		/* Failing to grow only shortens the windows. */
-		struct ent *e = realloc(n->ents, sizeof(*e) * nreq);
-		struct span *sp = e ? realloc(n->spans, sizeof(*sp) * nreq) : NULL;
+	if (!more)
+		cap = nreq;
+	if (cap > n->ents_cap) {
+		struct ent *e = realloc(n->ents, sizeof(*e) * cap);
+		struct span *sp = e ? realloc(n->spans, sizeof(*sp) * cap) : NULL;
 
 		if (e)
 			n->ents = e;
-		if (sp) {
+		if (sp)
 			n->spans = sp;
-			n->ents_cap = nreq;
+		if (!e || !sp) {
+			for (i = 0; i < nreq; i++)
+				reqs[i].res = -ENOMEM;
+			return -ENOMEM;
 		}
+		n->ents_cap = cap;
 	}
 	n->reqs = reqs;
 	n->done = done;
 	n->done_arg = arg;
-	while (s < nreq) {
-		unsigned k = nreq - s < n->ents_cap ? nreq - s : n->ents_cap;
+	n->win_end = 0;
+	for (;;) {
+		if (pos == n->win_end && pos < nreq && !(drain && n->inflight)) {
+			/* The next window; after a cut, once the one before
+			 * has drained (their order matters). */
+			unsigned k = nreq - pos;
 
-		if (build_conflicts(n, reqs, s, k))
-			k = clean_prefix(n, reqs, s, k);
-		r = run_window(n, k);
+			if (build_conflicts(n, reqs, pos, k))
+				k = clean_prefix(n, reqs, pos, k);
+			n->win_end = pos + k;
+			drain = n->win_end < nreq;
+		}
+		if (pos == n->win_end && pos == nreq && more && !idle && nreq < cap &&
+		    n->inflight < n->info.depth_limit) {
+			/* Everything so far has started: let the kernel have it,
+			 * then ask for more. */
+			if (io_uring_sq_ready(&n->ring))
+				(void)io_uring_submit(&n->ring);	/* failures: submit_wait */
+			unsigned m = more(arg, reqs + nreq, cap - nreq);
+
+			nreq += m < cap - nreq ? m : cap - nreq;
+			idle = !m;
+			drain = 0;
+			continue;
+		}
+		while (pos < n->win_end && n->inflight < n->info.depth_limit) {
+			r = start_op(n, pos, n->win_end, now_ns());
+			if (r < 0)
+				return fail_run(n, pos, nreq, r);
+			pos = (unsigned)r;
+		}
+		if (!n->inflight) {
+			if (pos == nreq && (idle || !more || nreq == cap))
+				break;
+			continue;
+		}
+		if (pos == n->win_end && (pos < nreq ? !drain : more && !idle && nreq < cap &&
+					  n->inflight < n->info.depth_limit))
+			continue;	/* more to start before waiting */
+		r = submit_wait(n);
+		if (!r)
+			r = reap(n);
 		if (r)
-			return r;
-		s += k;
+			return fail_run(n, pos, nreq, r);
+		idle = 0;
 	}
 	n->reqs = NULL;
 	n->done = NULL;
 	return 0;
+}
+
+int kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
+		 void (*done)(void *arg, struct kvt_io *io), void *arg)
+{
+	return kvt_nvme_run_more(n, reqs, nreq, nreq, done, NULL, arg);
 }

@@ -105,9 +105,29 @@ int  kvt_nvme_register_buffers(struct kvt_nvme *n, void *base, size_t bytes);
  * Returns 0 when every request ran (each has its own res), or -errno when
  * the ring itself failed: requests not yet done then have that res, may
  * still be in flight, and the handle returns the same error from then on
- * until kvt_nvme_close. */
+ * until kvt_nvme_close. -ENOMEM when the run's index (40 bytes a request,
+ * kept for later runs) cannot grow: nothing started, every res is -ENOMEM,
+ * and the handle stays usable. */
 int  kvt_nvme_run(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq,
 		  void (*done)(void *arg, struct kvt_io *io), void *arg);
+
+/* More requests for a run in progress: write up to room of them at more
+ * and return how many (0: none now). */
+typedef unsigned (*kvt_nvme_more_fn)(void *arg, struct kvt_io *more, unsigned room);
+
+/* kvt_nvme_run, with a way to keep the queue full: whenever every request
+ * so far has started and fewer than depth ops are in flight, more (may be
+ * NULL) is asked for requests to add, written at reqs[nreq, cap), and they
+ * start at once, while the earlier ones are still in flight. The run ends
+ * when all have completed and more has nothing. What more adds must not
+ * overlap, in the file with one of the two a write or in memory with one
+ * of the two a read, a request of the run that has not completed (among
+ * themselves, the ordering rule of kvt_nvme_run holds). more is called from
+ * the calling thread and must not call kvt_nvme_run. The index is sized
+ * for cap requests. Otherwise as kvt_nvme_run. */
+int  kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, unsigned cap,
+		       void (*done)(void *arg, struct kvt_io *io), kvt_nvme_more_fn more,
+		       void *arg);
 
 void kvt_nvme_info(const struct kvt_nvme *n, struct kvt_nvme_info *info);
 /* Replace the fault settings (NULL or all zero: none) and restart their

@@ -4,8 +4,8 @@
  * offsets from adjacent and scattered buffers, read back in another order
  * into other buffers; contents, res, one done() per request, coalescing
  * (op counts), mixed batches with overlapping pairs kept in caller order,
- * and requests that need no I/O. Once with plain buffers, once with
- * registered ones.
+ * and requests that need no I/O; kvt_nvme_run_more feeding a run in
+ * flight. Once with plain buffers, once with registered ones.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,7 +21,7 @@
 #define MAX_IO	(16u * PG)
 #define SLOTS	(4u * N)	/* buffer slots in the region */
 
-static unsigned ndone[N + 8];
+static unsigned ndone[2 * N + 8];
 
 static void on_done(void *arg, struct kvt_io *io)
 {
@@ -89,6 +89,92 @@ static void run_checked(struct kvt_nvme *n, struct kvt_io *io, unsigned cnt_req)
 		CHECK_EQ(ndone[(uintptr_t)io[i].user], 1);
 }
 
+/* A run fed through more(): it starts with 4 reads and is given the rest of
+ * the N pages 6 at a time, with nothing on every third call; one chunk
+ * writes a page no earlier request touches and reads it back (kept in
+ * order among themselves). */
+struct feed {
+	struct kvt_io *io;
+	unsigned next, added, calls, done, done_at_first, added_at_first;
+	uint8_t *rd;
+	unsigned round;
+};
+
+static void feed_done(void *arg, struct kvt_io *io)
+{
+	struct feed *f = arg;
+
+	f->done++;
+	ndone[(uintptr_t)io->user]++;
+}
+
+static unsigned feed_more(void *arg, struct kvt_io *more, unsigned room)
+{
+	struct feed *f = arg;
+	unsigned k = 0;
+
+	if (f->calls++ == 0) {
+		f->done_at_first = f->done;
+		f->added_at_first = f->added;
+	}
+	/* Nothing now, while some are in flight: asked again after a reap. */
+	if ((f->calls % 3 == 0 && f->done < f->added) || f->next == N)
+		return 0;
+	if (f->next == 10) {		/* file page 200 written, then read back */
+		fill(f->rd + (size_t)(N + 1) * PG, f->round + 500, 200);
+		more[k++] = (struct kvt_io){ .off = 200 * PG, .buf = f->rd + (size_t)(N + 1) * PG,
+					     .len = PG, .op = KVT_IO_WRITE,
+					     .user = (void *)(uintptr_t)N };
+		more[k++] = (struct kvt_io){ .off = 200 * PG, .buf = f->rd + (size_t)N * PG,
+					     .len = PG, .op = KVT_IO_READ,
+					     .user = (void *)(uintptr_t)(N + 1) };
+	}
+	while (k < 6 && k < room && f->next < N) {
+		unsigned p = f->next++;
+
+		more[k++] = (struct kvt_io){ .off = off_of(p), .buf = f->rd + (size_t)p * PG,
+					     .len = PG, .op = KVT_IO_READ, .res = 1,
+					     .user = (void *)(uintptr_t)(N + 2 + p) };
+	}
+	f->added += k;
+	return k;
+}
+
+static void fed_run(struct kvt_nvme *n, uint8_t *region, unsigned round)
+{
+	static struct kvt_io io[2 * N];
+	uint8_t *rd = region + (size_t)2 * N * PG;
+	struct feed f = { .io = io, .rd = rd, .round = round };
+
+	memset(ndone, 0, sizeof(ndone));
+	memset(rd, 0xa5, (size_t)(N + 2) * PG);
+	for (f.next = 0; f.next < 4; f.next++)
+		io[f.next] = (struct kvt_io){ .off = off_of(f.next),
+			.buf = rd + (size_t)f.next * PG, .len = PG, .op = KVT_IO_READ,
+			.user = (void *)(uintptr_t)(N + 2 + f.next) };
+	f.added = 4;
+	CHECK_EQ(kvt_nvme_run_more(n, io, 4, 2 * N, feed_done, feed_more, &f), 0);
+	/* First asked with all 4 started (one op) and, with room for another
+	 * op, none complete yet: in flight. At depth 1, only once it is done. */
+	struct kvt_nvme_info info;
+
+	kvt_nvme_info(n, &info);
+	CHECK_EQ(f.added_at_first, 4);
+	CHECK_EQ(f.done_at_first, info.depth_limit > 1 ? 0 : 4);
+	CHECK_EQ(f.next, N);
+	CHECK_EQ(f.done, N + 2);
+	for (unsigned i = 0; i < N + 2; i++)
+		CHECK_EQ(ndone[i < N ? N + 2 + i : i], 1);
+	for (unsigned i = 0; i < N + 2; i++)
+		CHECK_EQ(io[i].res, 0);
+	for (unsigned p = 0; p < N; p++)
+		CHECK(same(rd + (size_t)p * PG, round, p));
+	CHECK(same(rd + (size_t)N * PG, round + 500, 200));	/* the write came first */
+	/* A cap below what is queued, and a missing array, are refused. */
+	CHECK_EQ(kvt_nvme_run_more(n, io, 4, 3, NULL, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvt_nvme_run_more(n, NULL, 0, 4, NULL, feed_more, &f), -EINVAL);
+}
+
 static void round_trip(struct kvt_nvme *n, uint8_t *region, unsigned round)
 {
 	struct kvt_io io[N];
@@ -144,6 +230,7 @@ static void round_trip(struct kvt_nvme *n, uint8_t *region, unsigned round)
 	}
 	CHECK(b.ops - a.ops < N);
 	CHECK_EQ(b.ops - a.ops, RUN / 16 + (N - RUN));
+	fed_run(n, region, round);
 
 	/* Mixed, with overlapping pairs: page 0 is rewritten then read (the
 	 * read must see the new data), page 1 read then rewritten (the read
