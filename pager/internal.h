@@ -185,11 +185,11 @@ struct kvt_pager {
 	uint64_t	trace_records, trace_dropped;	/* of the last trace stopped */
 	pthread_mutex_t trace_mu;
 
-	/* migration thread scratch (owned by it) */
-	uint32_t	*scratch;
+	/* migration thread scratch (owned by it), MAX_FLIGHT each */
+	struct move	*moves;
 	struct kvt_io	*ios;
-	uint64_t	*fences;
-	uint32_t	scratch_cap;
+	uint32_t	*order;
+	int		 nowrite;	/* reclaim only drops: a promotion is feeding the ring */
 };
 
 /* pager.c */

@@ -27,6 +27,7 @@
 #include "pager/internal.h"
 
 #define MAX_MOVE	1024	/* pages per promotion batch, at most */
+#define MAX_FLIGHT	4096	/* pages one promotion carries, its refills included */
 #define MAX_VICTIMS	64	/* victims asked for at once */
 #define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
 #define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
@@ -72,18 +73,22 @@ struct move {
 	uint8_t	 landed;	/* promotions: done and published */
 };
 
-/* A promotion batch in flight: moves are published (landed) as soon as
- * their data is where it goes, in the order their last transfer began, so
+/* A promotion in flight: moves are published (landed) as soon as their
+ * data is where it goes, in the order their last transfer began, so
  * attention can start on the first pages of a batch while the rest are
- * still being read. */
+ * still being read. While its reads run, the queues feed it more (refill),
+ * so the disk does not idle from one batch to the next. */
 struct flight {
 	struct kvt_pager *p;
-	struct move *mv;
+	struct move *mv;	/* [MAX_FLIGHT] */
 	uint32_t *order;	/* moves whose read is in, in copy order */
+	uint32_t m;		/* moves in mv */
 	uint32_t n;		/* entries in order */
 	uint32_t next;		/* order[next..n) not landed yet */
 	uint32_t since;		/* reads in since the last landing */
 	uint32_t every;		/* land after this many reads */
+	uint8_t	 up;		/* some move goes to the fast tier */
+	uint8_t	 full;		/* a refill found too few frames: stop refilling */
 };
 
 static uint64_t now_ns(void)
@@ -498,7 +503,8 @@ static void drop_or_list(struct kvt_pager *p, uint32_t s, int ti, uint32_t *wl, 
 
 /* Make `need` frames of tier ti free. Returns 0 when they are, -ENOSPC when
  * everything left is pinned or moving (or the tier below is full), -EAGAIN
- * for a prefetch that would evict a page needed sooner. */
+ * for a prefetch that would evict a page needed sooner, or when p->nowrite
+ * is set and the next victim has no other copy. */
 static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 {
 	struct tier *t = &p->t[ti];
@@ -525,6 +531,8 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 			drop_or_list(p, s, ti, wl, &nw);
 		}
 		if (nw) {
+			if (p->nowrite)
+				return -EAGAIN;
 			int r = demote_write(p, ti, wl, nw);
 			if (r < 0)
 				return r;
@@ -803,12 +811,16 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 	}
 }
 
-static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch)
+/* Choose which of req go up and give each its frames (lock held; reclaim
+ * may drop it, unless p->nowrite). The moves are written at mv, their
+ * pages made MOVING; returns how many. A page that gets no frame: a
+ * prefetch is dropped; a demand fails with the reason (the batch asks
+ * again after the next change), or under p->nowrite goes back in the
+ * queue and *full is set. */
+static uint32_t pick(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch,
+		     struct move *mv, int *full)
 {
 	struct tier *fast = &p->t[KVT_TIER_FAST], *host = &p->t[KVT_TIER_HOST];
-	struct tier *nvme = &p->t[KVT_TIER_NVME];
-	struct move *mv = (struct move *)p->scratch;
-	struct kvt_io *io = p->ios;
 	uint32_t m = 0, need_fast = 0, need_host = 0;
 	int target = p->target;
 	uint64_t ev0 = p->events;
@@ -833,7 +845,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		need_fast += up;
 	}
 	if (!m)
-		return;
+		return 0;
 
 	/* Fast frames first. Their reclaim may push pages into the host tier,
 	 * and host pages down to NVMe, ours among them: a page waiting to go
@@ -878,17 +890,19 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 			pg->state = P_READY;
 			p->moving--;
 			pg->flags &= ~PF_PFMOVE;
-			if (prefetch) {
+			if (pg->flags & PF_DOOMED) {
+				pg->flags &= ~PF_DOOMED;
+				page_free(p, x->slot);
+			} else if (prefetch) {
 				p->st.prefetch_dropped++;
+			} else if (p->nowrite) {
+				queue_demand(p, x->slot);
+				*full = 1;
 			} else {
 				pg->err = (int8_t)why;
 				/* Progress made while trying (pages written down
 				 * by the reclaim) counts as a change: retry. */
 				p->err_ev = ev0;
-			}
-			if (pg->flags & PF_DOOMED) {
-				pg->flags &= ~PF_DOOMED;
-				page_free(p, x->slot);
 			}
 			continue;
 		}
@@ -907,57 +921,127 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 		}
 		mv[kept++] = *x;
 	}
-	m = kept;
-	if (!m) {
-		pthread_cond_broadcast(&p->done);
-		return;
-	}
+	return kept;
+}
 
-	/* Transfers, lock dropped. Host pages go up at once; NVMe pages are
-	 * read (sorted by offset inside kvt_nvme_run, so neighbours coalesce)
-	 * and start their copy up from the completion callback. Pages are
-	 * published as they land, a few at a time. */
-	pthread_mutex_unlock(&p->lock);
-	uint64_t t0 = now_ns(), last = 0;
-	uint32_t nio = 0, order[MAX_MOVE];
-	struct flight fl = { .p = p, .mv = mv, .order = order, .every = m / 4 + 1 };
-	for (uint32_t i = 0; i < m; i++) {
-		struct move *x = &mv[i];
+/* Start the transfers of fl->mv[first, first + m) (lock not held): host
+ * pages go up at once; NVMe pages get a read at io (sorted by offset
+ * inside kvt_nvme_run, so neighbours coalesce) and start their copy up
+ * from its completion. Returns the reads written. */
+static uint32_t start_moves(struct kvt_pager *p, struct flight *fl, uint32_t first, uint32_t m,
+			    struct kvt_io *io)
+{
+	struct tier *fast = &p->t[KVT_TIER_FAST], *host = &p->t[KVT_TIER_HOST];
+	uint32_t nio = 0;
+
+	for (uint32_t i = first; i < first + m; i++) {
+		struct move *x = &fl->mv[i];
 		x->cres = 0;
 		x->fence = 0;
 		x->landed = 0;
+		fl->up |= x->up;
 		if (x->via_nvme) {
 			x->rres = -ECANCELED;	/* until its completion says otherwise */
-			io[nio++] = (struct kvt_io){ .off = (uint64_t)x->from * nvme->stride,
-				.buf = frame_ptr(host, x->hf), .len = (uint32_t)nvme->stride,
+			io[nio++] = (struct kvt_io){
+				.off = (uint64_t)x->from * p->t[KVT_TIER_NVME].stride,
+				.buf = frame_ptr(host, x->hf),
+				.len = (uint32_t)p->t[KVT_TIER_NVME].stride,
 				.op = KVT_IO_READ, .user = x };
 		} else {
 			x->rres = 0;
 			x->cres = kvt_dev_copy_async(p->dev, frame_ptr(fast, x->to),
 						     frame_ptr(host, x->from), p->page_bytes,
 						     KVT_H2D, &x->fence);
-			order[fl.n++] = i;
+			fl->order[fl->n++] = i;
 		}
 	}
+	return nio;
+}
+
+/* kvt_nvme_run_more's hook: while the reads of a promotion run, take the
+ * next pages from the queues (demand first) as long as frames come free
+ * without writing anything down, and add their reads. Pending jobs and
+ * writers waiting for a fast frame end it, so the migration thread gets
+ * back to them. */
+static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
+{
+	struct flight *fl = arg;
+	struct kvt_pager *p = fl->p;
+	struct pref req[MAX_MOVE];
+	uint32_t want = p->move_batch, n = 0, k;
+	int prefetch = 0, full = 0;
+
+	if (want > MAX_FLIGHT - fl->m)
+		want = MAX_FLIGHT - fl->m;
+	if (want > room)
+		want = room;
+	if (fl->full || !want)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	if (!p->stop && !p->jobs && !p->t[KVT_TIER_FAST].waiters) {
+		if (p->demand.n) {
+			n = pq_pop(&p->demand, req, want);
+		} else if (p->prefetch.n) {
+			uint32_t got = pq_pop(&p->prefetch, req, want);
+			for (uint32_t i = 0; i < got; i++) {
+				struct page *pg = &p->pages[req[i].slot];
+				if (pg->gen != req[i].gen)
+					continue;
+				pg->flags &= ~PF_QPREF;
+				if (!(pg->flags & PF_QDEMAND))
+					req[n++] = req[i];
+			}
+			prefetch = 1;
+		}
+	}
+	p->nowrite = 1;
+	k = n ? pick(p, req, n, prefetch, fl->mv + fl->m, &full) : 0;
+	p->nowrite = 0;
+	pthread_mutex_unlock(&p->lock);
+	if (full)
+		fl->full = 1;
+	uint32_t nio = start_moves(p, fl, fl->m, k, io);
+	fl->m += k;
+	return nio;
+}
+
+static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int prefetch)
+{
+	struct tier *fast = &p->t[KVT_TIER_FAST];
+	struct flight fl = { .p = p, .mv = p->moves, .order = p->order };
+	int full = 0;
+
+	fl.m = pick(p, req, n, prefetch, fl.mv, &full);
+	if (!fl.m) {
+		pthread_cond_broadcast(&p->done);
+		return;
+	}
+
+	/* Transfers, lock dropped. Pages are published as they land, a few
+	 * at a time; the queues keep the reads coming while they run. */
+	pthread_mutex_unlock(&p->lock);
+	uint64_t t0 = now_ns(), last = 0;
+	uint32_t nio = start_moves(p, &fl, 0, fl.m, p->ios);
+	fl.every = fl.m / 4 + 1;
 	if (nio) {
 		/* On a ring failure the reads not completed keep -ECANCELED. */
-		(void)kvt_nvme_run(p->nvme, io, nio, verify_read, &fl);
+		(void)kvt_nvme_run_more(p->nvme, p->ios, nio, MAX_FLIGHT, verify_read, refill, &fl);
 	}
 	/* Every copy started must be finished before its frames are touched,
 	 * whatever happened to the others. */
-	for (uint32_t i = 0; i < m; i++)
-		if (mv[i].fence > last)
-			last = mv[i].fence;
+	for (uint32_t i = 0; i < fl.m; i++)
+		if (fl.mv[i].fence > last)
+			last = fl.mv[i].fence;
 	int rc = kvt_dev_fence_wait(p->dev, last);
 	uint64_t dt = now_ns() - t0;
 	pthread_mutex_lock(&p->lock);
 
 	if (nio)
 		kvt_nvme_info(p->nvme, &p->nvme_info);
-	for (uint32_t i = 0; i < m; i++)
-		if (!mv[i].landed)
-			land(p, &mv[i], rc);
-	if (need_fast)
+	for (uint32_t i = 0; i < fl.m; i++)
+		if (!fl.mv[i].landed)
+			land(p, &fl.mv[i], rc);
+	if (fl.up)
 		kvt_lat_record(&fast->st, dt);
 	p->events++;		/* the moved pages can be evicted again */
 	pthread_cond_broadcast(&p->done);
@@ -1229,8 +1313,9 @@ static void pager_free(struct kvt_pager *p)
 	free(p->pages);
 	free(p->demand.v);
 	free(p->prefetch.v);
-	free(p->scratch);
+	free(p->moves);
 	free(p->ios);
+	free(p->order);
 	pthread_mutex_destroy(&p->lock);
 	pthread_mutex_destroy(&p->trace_mu);
 	pthread_cond_destroy(&p->work);
@@ -1361,9 +1446,10 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->move_batch = (uint32_t)(mb > MAX_MOVE ? MAX_MOVE : mb < 8 ? 8 : mb);
 	p->npages = (uint32_t)(res[0] + res[1] + res[2]);
 	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
-	p->scratch = malloc(MAX_MOVE * sizeof(struct move));
-	p->ios = malloc(MAX_MOVE * sizeof(struct kvt_io));
-	if (!p->pages || !p->scratch || !p->ios) {
+	p->moves = malloc(MAX_FLIGHT * sizeof(*p->moves));
+	p->ios = malloc(MAX_FLIGHT * sizeof(*p->ios));
+	p->order = malloc(MAX_FLIGHT * sizeof(*p->order));
+	if (!p->pages || !p->moves || !p->ios || !p->order) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -1872,9 +1958,10 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 		pg->want++;
 		b->pend[b->npend++] = i;
 	}
-	/* Layer-ahead prefetch: the same pages of the next layers. */
-	for (unsigned d = 1; ahead && d <= p->cfg.prefetch_depth && layer + d < p->cfg.n_layers; d++) {
-		struct layer_tab *nl = &s->lt[layer + d];
+	/* Layer-ahead prefetch: the same pages of the next layers, past the
+	 * last layer those of the first (the next step's). */
+	for (unsigned d = 1; ahead && d <= p->cfg.prefetch_depth && d < p->cfg.n_layers; d++) {
+		struct layer_tab *nl = &s->lt[(layer + d) % p->cfg.n_layers];
 		for (unsigned i = 0; i < n; i++) {
 			uint32_t idx = pages ? pages[i] : i;
 			if (idx < nl->n) {

@@ -1036,7 +1036,8 @@ static int where_set(struct sim *s, uint32_t id)
 }
 
 /* The pager's layer-ahead prefetch after an acquire of page id: the same
- * page index of the next `depth` layers of its sequence, each brought up
+ * page index of the next `depth` layers of its sequence (past the last,
+ * when a kvtier header gives the count, the first ones), each brought up
  * unless it is in tier 0 already (or in no tier: the pager has nothing
  * to read it from). Made at once here; the pager's migration thread does
  * it when no demand is waiting. */
@@ -1047,10 +1048,13 @@ static void prefetch_after(struct sim *s, uint32_t id)
 
 	if (seq == KVT_REF_NONE || layer == KVT_REF_NONE || index == KVT_REF_NONE)
 		return;
-	for (unsigned d = 1; d <= s->depth; d++) {
-		size_t j = kmap_slot(&s->where, where_key(seq, layer + d, index));
+	uint32_t nl = t->has_hdr ? t->hdr.n_layers : 0;
+
+	for (unsigned d = 1; d <= s->depth && (!nl || d < nl); d++) {
+		uint32_t l = nl ? (layer + d) % nl : layer + d;
+		size_t j = kmap_slot(&s->where, where_key(seq, l, index));
 		uint32_t y = s->where.s[j].v ? s->where.s[j].v - 1 : KVT_SIM_NONE;
-		if (y == KVT_SIM_NONE || t->seq[y] != seq || t->layer[y] != layer + d ||
+		if (y == KVT_SIM_NONE || t->seq[y] != seq || t->layer[y] != l ||
 		    t->index[y] != index)
 			continue;
 		unsigned tp = top(s, y);

@@ -113,7 +113,8 @@ int  kvt_seq_close(struct kvt_pager *p, kvt_seq_t s);
 /* Acquire pages of one layer as a batch. pages == NULL means every page of
  * the layer. Resident pages are pinned at once, the rest are queued for
  * promotion (demand beats prefetch). Also queues layers layer+1 ..
- * layer+prefetch_depth of the same pages for prefetch. */
+ * layer+prefetch_depth of the same pages for prefetch, modulo the layer
+ * count: the last layers queue the first ones, the next step's. */
 int  kvt_acquire(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
 		 const uint32_t *pages, unsigned n, struct kvt_batch **out);
 /* Next page in readiness order: resident pages first, the rest as their
