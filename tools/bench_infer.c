@@ -610,15 +610,18 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
 /* ---------------------------------------------------------------------
  * decode: tokens/s at long contexts over three tier set-ups
  *
- * For each context: fio's sequential read rate over a file as large as
- * the largest context's KV; then three fresh pagers, one session each,
+ * For each context: three fresh pagers, one session each,
  * filled with kvt_session_fill_random, --warmup steps, then --steps timed
  * steps: (a) all KV in the fast tier, (b) fast 1/4, host 1/4, NVMe the
  * rest, (c) fast 1/10, host STAGING_PAGES (staging for the reads, no
  * share of the KV), NVMe the rest; the fast tier gets one tail page per layer on
  * top. The bound of (b) and (c) is max((a)'s step time, the NVMe bytes a
  * step read / fio's rate): compute that cannot go faster than resident,
- * reads that cannot go faster than fio.
+ * reads that cannot go faster than fio. fio's sequential read rate, over
+ * a file as large as the largest context's KV, is taken right before and
+ * right after each of (b) and (c) (three readings a context, the middle
+ * one shared); each bound uses the mean of its two, since the virtual
+ * disks these run on change speed from one minute to the next.
  */
 
 /* (c)'s host tier: no share of the KV, only the staging NVMe reads land in
@@ -716,10 +719,11 @@ int bench_decode(int argc, char **argv)
 		       "tier of %d pages that NVMe reads pass through, no share of the KV\n", STAGING_PAGES);
 		printf("bound = max(fast 100%% ms/step at that context (median of both its runs, first "
 		       "and last), NVMe MB/step / fio GB/s); "
-		       "fio: sequential %uK reads, depth %u, O_DIRECT, %s, %.0f s, before each context\n",
+		       "fio: sequential %uK reads, depth %u, O_DIRECT, %s, %.0f s, right before and "
+		       "after each of the two tiered set-ups, the mean of the two\n",
 		       FIO_BS >> 10, FIO_DEPTH, BENCH_FIO_LIKE_KVT, o.fio_seconds);
-		printf("%-6s %-21s %7s %9s %8s %8s %8s %11s %8s %9s %9s %6s\n", "ctx", "tiers", "KV MiB",
-		       "ms/step", "tok/s", "nvme MB", "fast hit", "pf h/l", "stall ms", "fio GB/s",
+		printf("%-6s %-21s %7s %9s %8s %8s %8s %11s %8s %12s %9s %6s\n", "ctx", "tiers", "KV MiB",
+		       "ms/step", "tok/s", "nvme MB", "fast hit", "pf h/l", "stall ms", "fio b/a GB/s",
 		       "bound ms", "ratio");
 	}
 	fflush(stdout);
@@ -733,18 +737,21 @@ int bench_decode(int argc, char **argv)
 				     total / 10 + layers };
 		uint64_t host[3] = { 16, total / 4, STAGING_PAGES };
 		uint64_t nvme[3] = { 0, total + total / 8, total + total / 8 };
-		double fio = have_file ? fio_read(&o, file, fsz) : 0;
 		/* (a) runs first and again last: its reference is the median of
 		 * both runs' steps, so drift over the context's runs hits the
-		 * bound as it hits (b) and (c). */
+		 * bound as it hits (b) and (c). fio reads before (b), between
+		 * (b) and (c), and after (c). */
 		static const int order[4] = { 0, 1, 2, 0 };
 		struct decode_res res[4];
-		double pool[2 * MAX_SAMPLES];
+		double pool[2 * MAX_SAMPLES], rd[3] = { 0, 0, 0 };
 		char cs[32];
 
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < 4; k++) {
+			if (have_file && k > 0)
+				rd[k - 1] = fio_read(&o, file, fsz);
 			run_decode(&o, m, ctx, n_ctx, fast[order[k]], host[order[k]], nvme[order[k]],
 				   &res[k]);
+		}
 		memcpy(pool, res[0].t, o.steps * sizeof(double));
 		memcpy(pool + o.steps, res[3].t, o.steps * sizeof(double));
 		double t_res = bench_median(pool, 2 * (int)o.steps);
@@ -753,9 +760,11 @@ int bench_decode(int argc, char **argv)
 		for (int k = 0; k < 4; k++) {
 			const struct decode_res *rs = &res[k];
 			int su = order[k];
+			double f0 = su ? rd[su - 1] : 0, f1 = su ? rd[su] : 0;
+			double fio = f0 > 0 && f1 > 0 ? (f0 + f1) / 2 : 0;
 			double io = fio > 0 ? rs->nvme_read / fio : 0;
 			double bound = t_res > io ? t_res : io;
-			char bstr[32], rstr[32], pf[32], name[40];
+			char bstr[32], rstr[32], pf[32], fstr[40], name[40];
 
 			snprintf(name, sizeof(name), "%s%s", setup_name[su], k == 3 ? " again" : "");
 			if (o.json) {
@@ -764,22 +773,24 @@ int bench_decode(int argc, char **argv)
 				       PRIu64 ",\"kv_bytes\":%" PRIu64 ",\"step_ms\":%.3f,\"tok_per_s\":%.2f,"
 				       "\"nvme_bytes_per_step\":%.0f,\"fast_hit\":%.4f,\"prefetch_hit\":%" PRIu64
 				       ",\"prefetch_late\":%" PRIu64 ",\"stall_ms_per_step\":%.3f,"
-				       "\"resident_ms\":%.3f,\"fio_gbps\":%.3f,\"bound_ms\":%.3f,\"ratio\":%.3f,"
+				       "\"resident_ms\":%.3f,\"fio_gbps\":%.3f,\"fio_before_gbps\":%.3f,"
+				       "\"fio_after_gbps\":%.3f,\"bound_ms\":%.3f,\"ratio\":%.3f,"
 				       "\"goal\":1.15,\"context\":\"fill_random\"}\n",
 				       ctx, name, fast[su], host[su], nvme[su], pb, kv,
 				       rs->step_s * 1e3, 1 / rs->step_s, rs->nvme_read, rs->fast_hit,
 				       rs->pf_hit, rs->pf_late, rs->stall_s * 1e3, t_res * 1e3, fio / 1e9,
-				       bound * 1e3, rs->step_s / bound);
+				       f0 / 1e9, f1 / 1e9, bound * 1e3, rs->step_s / bound);
 			} else {
 				snprintf(bstr, sizeof(bstr), "%.1f", bound * 1e3);
 				snprintf(rstr, sizeof(rstr), "%.2f", rs->step_s / bound);
 				snprintf(pf, sizeof(pf), "%" PRIu64 "/%" PRIu64, rs->pf_hit, rs->pf_late);
-				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %8.3f %11s %8.1f %9.2f %9s %6s\n",
+				snprintf(fstr, sizeof(fstr), "%.2f/%.2f", f0 / 1e9, f1 / 1e9);
+				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %8.3f %11s %8.1f %12s %9s %6s\n",
 				       cs, name, mib(kv), rs->step_s * 1e3, 1 / rs->step_s,
-				       rs->nvme_read / 1e6, rs->fast_hit, pf, rs->stall_s * 1e3, fio / 1e9,
-				       su ? bstr : "", su ? rstr : "");
+				       rs->nvme_read / 1e6, rs->fast_hit, pf, rs->stall_s * 1e3,
+				       su ? fstr : "", su ? bstr : "", su ? rstr : "");
 				if (k == 3)
-					printf("%-6s %-21s %7s %9.1f %8.2f %8s %8s %11s %8s %9s %9s %6s\n", cs,
+					printf("%-6s %-21s %7s %9.1f %8.2f %8s %8s %11s %8s %12s %9s %6s\n", cs,
 					       "fast 100% both runs", "", t_res * 1e3, 1 / t_res, "", "", "",
 					       "", "", "ref", "-");
 			}
