@@ -906,9 +906,9 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 			return ret;
 		for (r = 0; r < R; r++) {
 			kvt_rope(e->q + r * E, hp->n_head, hp->head_dim, hp->rope_dim, e->pos[r],
-				 hp->rope_theta, hp->rope_freq_scale);
+				 m->rope_inv_freq);
 			kvt_rope(e->k + r * KV, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->pos[r],
-				 hp->rope_theta, hp->rope_freq_scale);
+				 m->rope_inv_freq);
 		}
 		if (e->ep.kv_type == KVT_KV_F16) {
 			kvt_f32_to_f16(e->kh, e->k, R * KV);

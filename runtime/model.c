@@ -193,27 +193,40 @@ static int load_hparams(struct ld *l)
 	if ((uint64_t)hp->n_layer * 9 + 2 > l->m->g->n_tensors)
 		return fail(l, -EINVAL, "llama.block_count %u needs at least %llu tensors but the file has %llu",
 			    hp->n_layer, (ull)hp->n_layer * 9 + 2, (ull)l->m->g->n_tensors);
-	if (kvt_gguf_find_tensor(l->m->g, "rope_freqs.weight"))
-		return fail(l, -EINVAL, "tensor rope_freqs.weight (per-frequency RoPE factors, as in "
-			    "Llama 3.1) is not supported");
 	hp->rope_theta = 10000.0f;
 	hp->rms_eps = 1e-5f;
 	if ((ret = get_float(l, "llama.rope.freq_base", &hp->rope_theta)) ||
 	    (ret = get_float(l, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps)))
 		return ret;
 
-	/* RoPE scaling: linear only (positions divided by the factor). */
+	/*
+	 * RoPE scaling: linear (positions divided by llama.rope.scaling.factor)
+	 * unless the type is "none". Llama 3.1's "llama3" scaling has no GGUF
+	 * scaling type: llama.cpp's converter bakes it into rope_freqs.weight
+	 * (one divisor per pair, see load_rope_freqs) and writes no type or
+	 * factor for it. A file that says "llama3" anyway is taken when it
+	 * has that tensor, and its factor is then ignored: the divisors
+	 * already carry it, and dividing the positions as well would scale
+	 * twice.
+	 */
 	hp->rope_freq_scale = 1.0f;
 	if (!kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) &&
-	    !str_eq(&s, "none") && !str_eq(&s, "linear"))
-		return fail(l, -EINVAL, "llama.rope.scaling.type \"%.*s\" is not supported (none or linear)",
+	    !str_eq(&s, "none") && !str_eq(&s, "linear") && !str_eq(&s, "llama3"))
+		return fail(l, -EINVAL, "llama.rope.scaling.type \"%.*s\" is not supported "
+			    "(none, linear, or llama3 with rope_freqs.weight)",
 			    (int)(s.len > 32 ? 32 : s.len), s.ptr);
-	if ((ret = get_float(l, "llama.rope.scaling.factor", &factor)) ||
-	    (!factor && (ret = get_float(l, "llama.rope.scale_linear", &factor))))
-		return ret;
-	if (factor && !(kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) == 0 &&
-			str_eq(&s, "none")))
-		hp->rope_freq_scale = 1.0f / factor;
+	if (!kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) && str_eq(&s, "llama3")) {
+		if (!kvt_gguf_find_tensor(l->m->g, "rope_freqs.weight"))
+			return fail(l, -EINVAL, "llama.rope.scaling.type \"llama3\" needs tensor "
+				    "rope_freqs.weight (the per-pair factors that carry it), which is missing");
+	} else {
+		if ((ret = get_float(l, "llama.rope.scaling.factor", &factor)) ||
+		    (!factor && (ret = get_float(l, "llama.rope.scale_linear", &factor))))
+			return ret;
+		if (factor && !(kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) == 0 &&
+				str_eq(&s, "none")))
+			hp->rope_freq_scale = 1.0f / factor;
+	}
 
 	emb = kvt_gguf_find_tensor(l->m->g, "token_embd.weight");
 	if (!emb)
@@ -222,6 +235,47 @@ static int load_hparams(struct ld *l)
 		return fail(l, -EINVAL, "tensor token_embd.weight (info at offset %llu): vocabulary of %llu",
 			    (ull)emb->info_off, (ull)emb->ne[1]);
 	hp->n_vocab = (uint32_t)emb->ne[1];
+	return 0;
+}
+
+/*
+ * rope_freqs.weight, as llama.cpp's converter writes it for Llama 3.x:
+ * rope_dim / 2 f32 divisors, one per pair (llama.cpp's freq_factors, shape
+ * {n_rot / 2}). Then the per-pair inverse frequencies, once: the forward
+ * pass only multiplies them by the position.
+ */
+static int load_rope_freqs(struct ld *l)
+{
+	struct kvt_model *m = l->m;
+	const struct kvt_hparams *hp = &m->hp;
+	const struct kvt_gguf_tensor *t = kvt_gguf_find_tensor(m->g, "rope_freqs.weight");
+	uint32_t n = hp->rope_dim / 2, i;
+
+	if (t) {
+		if (t->type != KVT_GGML_F32) {
+			const char *tn = kvt_ggml_type_name(t->type);
+
+			return fail(l, -EINVAL, "tensor rope_freqs.weight (info at offset %llu) has type %s, "
+				    "expected f32", (ull)t->info_off, tn ? tn : "unknown");
+		}
+		if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+			return fail(l, -EINVAL, "tensor rope_freqs.weight (info at offset %llu) has shape "
+				    "[%llu, %llu, %llu, %llu], expected [%u] (rotated dimensions %u / 2)",
+				    (ull)t->info_off, (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2],
+				    (ull)t->ne[3], n, hp->rope_dim);
+		if (!(m->rope_freqs = malloc((n ? n : 1) * sizeof(float))))
+			return fail(l, -ENOMEM, "out of memory");
+		memcpy(m->rope_freqs, t->data, n * sizeof(float));
+		for (i = 0; i < n; i++)
+			if (!isfinite(m->rope_freqs[i]) || m->rope_freqs[i] <= 0)
+				return fail(l, -EINVAL, "tensor rope_freqs.weight (info at offset %llu): "
+					    "value %u is %g, expected a positive finite divisor",
+					    (ull)t->info_off, i, (double)m->rope_freqs[i]);
+	}
+	if (!(m->rope_inv_freq = malloc((n ? n : 1) * sizeof(double))))
+		return fail(l, -ENOMEM, "out of memory");
+	kvt_rope_inv_freq(m->rope_inv_freq, hp->rope_dim, hp->rope_theta, hp->rope_freq_scale,
+			  m->rope_freqs);
 	return 0;
 }
 
@@ -281,7 +335,7 @@ int kvt_model_load(const char *path, struct kvt_model **out, char *err, size_t e
 	ret = kvt_gguf_open(path, &m->g, err, errlen);	/* its message names the file */
 	if (ret)
 		goto fail;
-	if ((ret = load_hparams(&l)) || (ret = load_weights(&l)))
+	if ((ret = load_hparams(&l)) || (ret = load_rope_freqs(&l)) || (ret = load_weights(&l)))
 		goto fail;
 	ret = kvt_tokenizer_load(m->g, &m->tok, err, errlen);
 	if (ret)
@@ -317,6 +371,8 @@ void kvt_model_free(struct kvt_model *m)
 		}
 	free(m->layers);
 	free(m->out_norm);
+	free(m->rope_freqs);
+	free(m->rope_inv_freq);
 	kvt_tokenizer_free(m->tok);
 	kvt_gguf_close(m->g);
 	free(m);

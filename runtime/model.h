@@ -2,7 +2,8 @@
 /*
  * A Llama-family model built from a GGUF file: hyperparameters from the
  * metadata, weights pointing into the read-only mapping (nothing is copied
- * but the norm vectors, kept as f32), and the tokenizer.
+ * but the norm vectors, kept as f32, and the RoPE factors), and the
+ * tokenizer.
  */
 #ifndef KVT_RUNTIME_MODEL_H
 #define KVT_RUNTIME_MODEL_H
@@ -42,6 +43,8 @@ struct kvt_model {
 	struct kvt_mat tok_embd;	/* (n_vocab, n_embd) */
 	struct kvt_layer *layers;	/* (n_layer) */
 	float *out_norm;		/* (n_embd) */
+	float *rope_freqs;		/* (rope_dim / 2) rope_freqs.weight; NULL without */
+	double *rope_inv_freq;		/* (rope_dim / 2) kvt_rope_inv_freq of hp and rope_freqs */
 	struct kvt_mat output;		/* (n_vocab, n_embd); token_embd when tied */
 	int tied;			/* no output.weight: the head is token_embd */
 	struct kvt_tokenizer *tok;
@@ -53,7 +56,9 @@ struct kvt_model {
 /* Map and check a GGUF Llama model. 0, or -errno with one line in err:
  * -ENOENT/-EACCES for the file, -EINVAL for a malformed file, an
  * architecture other than llama, a missing or misshapen tensor (named,
- * with its offset in the file), an unsupported rope scaling; -ENOMEM. */
+ * with its offset in the file), an unsupported rope scaling, a
+ * rope_freqs.weight that is not rope_dim / 2 positive f32 divisors;
+ * -ENOMEM. */
 int  kvt_model_load(const char *path, struct kvt_model **out, char *err, size_t errlen);
 void kvt_model_free(struct kvt_model *m);
 

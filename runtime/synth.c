@@ -18,6 +18,7 @@
 #include "runtime/synth.h"
 
 #define N_SPECIAL 3	/* <unk>, <s>, </s> */
+#define SYNTH_ROPE_THETA 10000.0f	/* llama.rope.freq_base */
 #define N_BYTE_VOCAB (N_SPECIAL + 256)
 #define N_CHAR_VOCAB (N_BYTE_VOCAB + 1 + 94)	/* + U+2581 and '!'..'~' */
 
@@ -426,6 +427,32 @@ static void add_vocab(struct kvt_gguf_writer *w, struct bufs *b, unsigned vocab)
 	kvt_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
 }
 
+/*
+ * Llama 3.1's "llama3" RoPE scaling as per-pair divisors, the way
+ * llama.cpp's convert_hf_to_gguf.py writes rope_freqs.weight: factor 8,
+ * low_freq_factor 1, high_freq_factor 4, original context 8192. Pairs of
+ * short wavelength keep their frequency, long ones are divided by the
+ * factor, and those between are interpolated smoothly.
+ */
+static void llama3_freqs(float *out, unsigned rope_dim, double theta)
+{
+	const double factor = 8, low = 1, high = 4, orig_ctx = 8192;
+	const double low_wavelen = orig_ctx / low, high_wavelen = orig_ctx / high;
+
+	for (unsigned i = 0; i < rope_dim / 2; i++) {
+		double wavelen = 2 * M_PI * pow(theta, 2.0 * i / rope_dim), smooth;
+
+		if (wavelen < high_wavelen) {
+			out[i] = 1.0f;
+		} else if (wavelen > low_wavelen) {
+			out[i] = (float)factor;
+		} else {
+			smooth = (orig_ctx / wavelen - low) / (high - low);
+			out[i] = (float)(1 / ((1 - smooth) / factor + smooth));
+		}
+	}
+}
+
 void kvt_synth_default(struct kvt_synth *s)
 {
 	*s = (struct kvt_synth){
@@ -465,6 +492,8 @@ int kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen)
 		return sfail(err, errlen, "weight type must be f32, f16, bf16 or q8_0");
 	if (s->type == KVT_GGML_Q8_0 && (s->dim % 32 || ff % 32))
 		return sfail(err, errlen, "q8_0 needs dim and ff to be multiples of 32");
+	if (s->rope_freqs != KVT_SYNTH_ROPE_NONE && s->rope_freqs != KVT_SYNTH_ROPE_LLAMA3)
+		return sfail(err, errlen, "rope_freqs must be none or llama3");
 	return 0;
 }
 
@@ -498,7 +527,7 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	kvt_gguf_add_u32(w, "llama.attention.head_count", s->heads);
 	kvt_gguf_add_u32(w, "llama.attention.head_count_kv", kvh);
 	kvt_gguf_add_u32(w, "llama.rope.dimension_count", hd);
-	kvt_gguf_add_f32(w, "llama.rope.freq_base", 10000.0f);
+	kvt_gguf_add_f32(w, "llama.rope.freq_base", SYNTH_ROPE_THETA);
 	kvt_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
 	kvt_gguf_add_u32(w, "llama.vocab_size", s->vocab);
 	add_vocab(w, &b, s->vocab);
@@ -520,6 +549,15 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	add_weight(w, &b, &r, s, "output_norm.weight", s->dim, 1, 1);
 	if (!s->tied)
 		add_weight(w, &b, &r, s, "output.weight", s->dim, s->vocab, 0);
+	if (s->rope_freqs == KVT_SYNTH_ROPE_LLAMA3) {
+		uint64_t ne = hd / 2;
+		float *f = keep(&b, ne * sizeof(float));
+
+		if (f) {
+			llama3_freqs(f, hd, SYNTH_ROPE_THETA);
+			kvt_gguf_add_tensor(w, "rope_freqs.weight", 1, &ne, KVT_GGML_F32, f);
+		}
+	}
 
 	if (b.err) {
 		sfail(err, errlen, "%s: out of memory", path);

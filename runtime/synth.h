@@ -20,11 +20,18 @@
 
 #define KVT_SYNTH_MIN_VOCAB	259	/* <unk>, <s>, </s> and the 256 byte tokens */
 
+/* What kvt_synth.rope_freqs writes. */
+enum kvt_synth_rope {
+	KVT_SYNTH_ROPE_NONE = 0,	/* no rope_freqs.weight (plain RoPE) */
+	KVT_SYNTH_ROPE_LLAMA3,		/* Llama 3.1's factors, as llama.cpp's converter computes them */
+};
+
 struct kvt_synth {
 	unsigned layers, dim, heads, kv_heads, ff, ctx, vocab;
 	uint64_t seed;
 	uint32_t type;		/* KVT_GGML_F32, F16, BF16 or Q8_0 for the matrices */
 	int	 tied;		/* no output.weight: the head reuses token_embd */
+	int	 rope_freqs;	/* enum kvt_synth_rope; the other weights do not change */
 };
 
 /* The defaults kvt-mkmodel documents: 2 layers, dim 64, 4 heads, vocab 512. */

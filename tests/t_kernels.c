@@ -420,10 +420,12 @@ static void test_elementwise(void)
 	for (unsigned c = 0; c < sizeof(rc) / sizeof(rc[0]); c++) {
 		unsigned n = rc[c].heads * rc[c].hd;
 		float *x = xmalloc(n * 4), *x0 = xmalloc(n * 4);
+		double *inv = xmalloc(rc[c].rd / 2 * sizeof(double));
 
 		for (unsigned i = 0; i < n; i++)
 			x[i] = x0[i] = rndf();
-		kvt_rope(x, rc[c].heads, rc[c].hd, rc[c].rd, rc[c].pos, rc[c].theta, rc[c].fs);
+		kvt_rope_inv_freq(inv, rc[c].rd, rc[c].theta, rc[c].fs, NULL);
+		kvt_rope(x, rc[c].heads, rc[c].hd, rc[c].rd, rc[c].pos, inv);
 		for (unsigned h = 0; h < rc[c].heads; h++)
 			for (unsigned i = 0; i < rc[c].hd / 2; i++) {
 				const float *p0 = x0 + h * rc[c].hd + 2 * i;
@@ -446,6 +448,7 @@ static void test_elementwise(void)
 			}
 		free(x);
 		free(x0);
+		free(inv);
 	}
 }
 

@@ -30,6 +30,10 @@ static void usage(FILE *f)
 		"  --seed N       random seed (1)\n"
 		"  --type T       weights: f32, f16, bf16 or q8_0 (f32)\n"
 		"  --tied         no output.weight: the head reuses the token embedding\n"
+		"  --rope-freqs F none, or llama3: write rope_freqs.weight, Llama 3.1's\n"
+		"                 per-pair RoPE divisors (factor 8, low/high frequency\n"
+		"                 factors 1 and 4, original context 8192) as llama.cpp's\n"
+		"                 converter computes them (none)\n"
 		"  -o FILE        output file\n", KVT_SYNTH_MIN_VOCAB);
 }
 
@@ -61,6 +65,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "type", required_argument, NULL, 't' },
 		{ "tied", no_argument, NULL, 'T' },
+		{ "rope-freqs", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -86,6 +91,17 @@ int main(int argc, char **argv)
 		case 'v': s.vocab = parse_uint("--vocab", optarg); break;
 		case 's': s.seed = parse_uint("--seed", optarg); break;
 		case 'T': s.tied = 1; break;
+		case 'r':
+			if (!strcmp(optarg, "none")) {
+				s.rope_freqs = KVT_SYNTH_ROPE_NONE;
+			} else if (!strcmp(optarg, "llama3")) {
+				s.rope_freqs = KVT_SYNTH_ROPE_LLAMA3;
+			} else {
+				fprintf(stderr, "kvt-mkmodel: --rope-freqs: \"%s\" is not none or llama3\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 't':
 			for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 				if (!strcmp(optarg, types[i].name))

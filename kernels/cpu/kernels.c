@@ -318,18 +318,28 @@ void kvt_rmsnorm(float *out, const float *x, const float *w, unsigned n, float e
 		out[i] = x[i] * r * w[i];
 }
 
+void kvt_rope_inv_freq(double *inv_freq, unsigned rope_dim, float theta, float freq_scale,
+		       const float *factors)
+{
+	for (unsigned i = 0; i < rope_dim / 2; i++) {
+		inv_freq[i] = freq_scale * pow(theta, -2.0 * i / rope_dim);
+		if (factors)
+			inv_freq[i] /= factors[i];
+	}
+}
+
 /* The angles are computed in double: at large positions a float angle
  * (pos * freq) would already be off by many ulp before cos and sin. */
 void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
-	      uint32_t pos, float theta, float freq_scale)
+	      uint32_t pos, const double *inv_freq)
 {
 	if (rope_dim > head_dim)
 		rope_dim = head_dim;
 	for (unsigned i = 0; i < rope_dim / 2; i++) {
-		double a = (double)pos * freq_scale * pow(theta, -2.0 * i / rope_dim), sd, cd;
+		double sd, cd;
 		float c, s;
 
-		sincos(a, &sd, &cd);
+		sincos((double)pos * inv_freq[i], &sd, &cd);
 		c = (float)cd;
 		s = (float)sd;
 		for (unsigned h = 0; h < n_heads; h++) {

@@ -79,14 +79,21 @@ void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id);
 /* out (n) = x / rms(x) * w; out may be x. */
 void kvt_rmsnorm(float *out, const float *x, const float *w, unsigned n, float eps);
 
+/* The per-pair inverse frequencies of RoPE, once per model: inv_freq
+ * (rope_dim / 2) gets freq_scale * theta^(-2i/rope_dim) / factors[i], in
+ * double. factors (rope_dim / 2) are llama.cpp's freq_factors (Llama 3's
+ * rope_freqs.weight): positive divisors of each pair's angle; NULL is all 1. */
+void kvt_rope_inv_freq(double *inv_freq, unsigned rope_dim, float theta, float freq_scale,
+		       const float *factors);
+
 /* Rotary embedding in place on x (n_heads, head_dim) at position pos, over
  * the first rope_dim dims of each head, in adjacent pairs (2i, 2i+1) as
- * llama.cpp's GGUF Llama models expect: angle = pos * freq_scale *
- * theta^(-2i/rope_dim), (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+ * llama.cpp's GGUF Llama models expect: angle = pos * inv_freq[i] (see
+ * kvt_rope_inv_freq), (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
  * The angles are computed in double. rope_dim is even and at most
  * head_dim; the dims past it are left alone. */
 void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
-	      uint32_t pos, float theta, float freq_scale);
+	      uint32_t pos, const double *inv_freq);
 
 /* g (n) = silu(g) * u */
 void kvt_swiglu(float *g, const float *u, unsigned n);
