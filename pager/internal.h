@@ -58,6 +58,7 @@ struct page {
 	uint64_t last_step;	/* step of the last counted access */
 	uint32_t next_free;	/* free list link */
 	uint32_t seq, layer, index;	/* who created it, for the policies */
+	uint32_t home;		/* NVMe frame it was last given (a placement hint) */
 };
 
 /*
@@ -190,6 +191,7 @@ struct kvt_pager {
 	struct kvt_io	*ios;
 	uint32_t	*order;
 	int		 nowrite;	/* reclaim only drops: a promotion is feeding the ring */
+	uint32_t	 extent;	/* NVMe frames placed together: io.max_io_bytes of pages */
 };
 
 /* pager.c */

@@ -13,6 +13,7 @@
  * (device copies and NVMe I/O) run on the migration thread, which releases
  * the lock around them while the pages it moves are MOVING.
  */
+#define _GNU_SOURCE		/* pthread_setname_np */
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -156,6 +157,16 @@ static uint32_t frame_alloc(struct tier *t)
 {
 	uint32_t got;
 	return frame_alloc_run(t, 1, &got);
+}
+
+/* Take frame f if it is free. */
+static int frame_take(struct tier *t, uint32_t f)
+{
+	if (f >= t->nframes || !(t->freemap[f / 64] >> (f % 64) & 1))
+		return 0;
+	t->freemap[f / 64] &= ~(1ull << (f % 64));
+	t->nfree--;
+	return 1;
 }
 
 /* Frames still to be taken offline after a shrink. */
@@ -332,6 +343,7 @@ static uint32_t page_new(struct kvt_pager *p)
 	memset(pg, 0, sizeof(*pg));
 	pg->gen = gen;
 	pg->frame[0] = pg->frame[1] = pg->frame[2] = NO_FRAME;
+	pg->home = NO_FRAME;
 	pg->state = P_READY;
 	pg->last_step = UINT64_MAX;
 	p->live_pages++;
@@ -541,6 +553,78 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 	return 0;
 }
 
+static inline int frame_is_free(const struct tier *t, uint32_t f)
+{
+	return f < t->nframes && (t->freemap[f / 64] >> (f % 64) & 1);
+}
+
+/* The first free frame from the cursor on that starts len free frames in
+ * a row, looking at 64K frames at most; or NO_FRAME. */
+static uint32_t free_run(const struct tier *t, uint32_t len)
+{
+	uint32_t f = t->cursor, seen = 0, limit = t->nframes < 65536 ? t->nframes : 65536;
+
+	while (seen < limit) {
+		if (f >= t->nframes)
+			f = 0;
+		uint64_t w = t->freemap[f / 64] >> (f % 64);
+		uint32_t skip = w ? (uint32_t)__builtin_ctzll(w) : 64 - f % 64, n = 0;
+		f += skip;
+		seen += skip;
+		if (!w || f >= t->nframes)
+			continue;
+		while (n < len && frame_is_free(t, f + n))
+			n++;
+		if (n == len)
+			return f;
+		f += n + 1;
+		seen += n + 1;
+	}
+	return NO_FRAME;
+}
+
+/* An NVMe frame for page s (there is a free one), placed so that a
+ * layer's pages read back in index order coalesce into io.max_io_bytes
+ * reads. Page indices go in extents of p->extent; an extent's pages keep
+ * the order of their indices in the tier: a page takes base + its offset
+ * when another page of its extent is there already (base follows from
+ * that page's frame) and that frame is free; the first to come down
+ * starts the extent where p->extent free frames begin, and the next-fit
+ * cursor moves past them. Anything else takes any free frame. */
+static uint32_t nvme_frame(struct kvt_pager *p, uint32_t s)
+{
+	struct tier *t = &p->t[KVT_TIER_NVME];
+	struct page *pg = &p->pages[s];
+	uint32_t e = p->extent, off = pg->index % e, got, f = NO_FRAME;
+
+	if (e > 1 && pg->seq < p->nseqs && p->seqs[pg->seq]->open &&
+	    pg->layer < p->cfg.n_layers) {
+		const struct layer_tab *lt = &p->seqs[pg->seq]->lt[pg->layer];
+		if (pg->index < lt->n && lt->pg[pg->index] == s) {
+			uint32_t first = pg->index - off;
+			/* Where a neighbour went (in this batch too: its
+			 * write may not be in yet, hence the hint). */
+			for (uint32_t i = first; i < first + e && i < lt->n; i++) {
+				uint32_t g = p->pages[lt->pg[i]].home;
+				if (i == pg->index || g == NO_FRAME || g < i - first)
+					continue;
+				if (frame_take(t, g - (i - first) + off))
+					f = g - (i - first) + off;
+				break;
+			}
+			uint32_t base = f == NO_FRAME ? free_run(t, e) : NO_FRAME;
+			if (base != NO_FRAME && frame_take(t, base + off)) {
+				f = base + off;
+				t->cursor = (base + e) % t->nframes;
+			}
+		}
+	}
+	if (f == NO_FRAME)
+		f = frame_alloc_run(t, 1, &got);
+	pg->home = f;
+	return f;
+}
+
 /* Write the only copy of n pages of tier ti one tier down, then drop
  * them from ti. Returns the number moved or -errno when none could be. */
 static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint32_t n)
@@ -570,7 +654,7 @@ static int demote_write(struct kvt_pager *p, int ti, const uint32_t *slots, uint
 			unplace(p, s, ti, 1, 1);
 			continue;
 		}
-		uint32_t f = frame_alloc_run(dst, 1, &got);
+		uint32_t f = ti + 1 == KVT_TIER_NVME ? nvme_frame(p, s) : frame_alloc_run(dst, 1, &got);
 		dst->owner[f] = s;
 		pg->state = P_MOVING;
 		p->moving++;
@@ -958,6 +1042,17 @@ static uint32_t start_moves(struct kvt_pager *p, struct flight *fl, uint32_t fir
 	return nio;
 }
 
+/* How many reads to land at a time once a batch of m joins the flight: a
+ * quarter of the largest batch so far, at least 8 (the lock and the
+ * wake-up are not paid per page), at most 256. */
+static uint32_t land_every(uint32_t every, uint32_t m)
+{
+	uint32_t e = m / 4 + 1;
+	if (e < every)
+		e = every;
+	return e < 8 ? 8 : e > 256 ? 256 : e;
+}
+
 /* kvt_nvme_run_more's hook: while the reads of a promotion run, take the
  * next pages from the queues (demand first) as long as frames come free
  * without writing anything down, and add their reads. Pending jobs and
@@ -1002,6 +1097,7 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 		fl->full = 1;
 	uint32_t nio = start_moves(p, fl, fl->m, k, io);
 	fl->m += k;
+	fl->every = land_every(fl->every, k);
 	return nio;
 }
 
@@ -1022,7 +1118,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	pthread_mutex_unlock(&p->lock);
 	uint64_t t0 = now_ns(), last = 0;
 	uint32_t nio = start_moves(p, &fl, 0, fl.m, p->ios);
-	fl.every = fl.m / 4 + 1;
+	fl.every = land_every(0, fl.m);
 	if (nio) {
 		/* On a ring failure the reads not completed keep -ECANCELED. */
 		(void)kvt_nvme_run_more(p->nvme, p->ios, nio, MAX_FLIGHT, verify_read, refill, &fl);
@@ -1444,6 +1540,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (mb < fill)
 		mb = fill < frames[KVT_TIER_FAST] / 4 ? fill : frames[KVT_TIER_FAST] / 4;
 	p->move_batch = (uint32_t)(mb > MAX_MOVE ? MAX_MOVE : mb < 8 ? 8 : mb);
+	p->extent = cfg->max_io_bytes / pb > 1 ? (uint32_t)(cfg->max_io_bytes / pb) : 1;
 	p->npages = (uint32_t)(res[0] + res[1] + res[2]);
 	p->pages = calloc((size_t)p->npages + 1, sizeof(*p->pages));
 	p->moves = malloc(MAX_FLIGHT * sizeof(*p->moves));
@@ -1467,6 +1564,7 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	if (r)
 		goto fail;
 	p->thread_started = 1;
+	pthread_setname_np(p->thread, "kvt-migrate");
 	if (cfg->psi_threshold > 0 && cfg->psi_path[0]) {
 		r = kvt_psi_start(p);
 		if (r) {
@@ -2701,6 +2799,8 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->nvme_registered_files = ni.registered_files;
 		st->nvme_registered_buffers = ni.registered_buffers;
 		st->short_ios = ni.short_ios;
+		st->nvme_ops = ni.ops;
+		st->nvme_reqs = ni.reqs;
 		snprintf(st->nvme_notes, sizeof(st->nvme_notes), "%s", ni.notes);
 	}
 	return 0;

@@ -71,6 +71,8 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	U("csum_failures", st->csum_failures);
 	U("io_errors", st->io_errors);
 	U("short_ios", st->short_ios);
+	U("nvme_ops", st->nvme_ops);
+	U("nvme_requests", st->nvme_reqs);
 	U("enospc", st->enospc);
 	U("stall_ns", st->stall_ns);
 	put(&o, "\"nvme\":{\"paused\":%d,\"direct\":%d,\"registered_files\":%d,"

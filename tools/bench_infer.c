@@ -593,6 +593,7 @@ struct delta {
 	double	 fast_hit;		/* fast hits / fast lookups */
 	uint64_t pf_hit, pf_late;
 	double	 stall_s;
+	double	 per_op;		/* NVMe pages per read or write issued */
 };
 
 static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct delta *d)
@@ -601,6 +602,8 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
 	double look = (double)(fb->hits + fb->misses - fa->hits - fa->misses);
 
 	d->nvme_read = b->tier[KVT_TIER_NVME].bytes_out - a->tier[KVT_TIER_NVME].bytes_out;
+	d->per_op = b->nvme_ops > a->nvme_ops ? (double)(b->nvme_reqs - a->nvme_reqs) /
+						(double)(b->nvme_ops - a->nvme_ops) : 0;
 	d->fast_hit = look ? (double)(fb->hits - fa->hits) / look : 0;
 	d->pf_hit = b->prefetch_hit - a->prefetch_hit;
 	d->pf_late = b->prefetch_late - a->prefetch_late;
@@ -633,6 +636,7 @@ struct decode_res {
 	double	 nvme_read;		/* bytes per step */
 	double	 fast_hit;
 	double	 stall_s;		/* per step */
+	double	 per_op;		/* NVMe pages per operation */
 	uint64_t pf_hit, pf_late;	/* over the timed steps */
 	double	 t[MAX_SAMPLES];	/* the step times */
 };
@@ -666,6 +670,7 @@ static void run_decode(const struct iopts *o, struct kvt_model *m, unsigned ctx,
 	res->nvme_read = (double)d.nvme_read / o->steps;
 	res->fast_hit = d.fast_hit;
 	res->stall_s = d.stall_s / o->steps;
+	res->per_op = d.per_op;
 	res->pf_hit = d.pf_hit;
 	res->pf_late = d.pf_late;
 	kvt_session_free(g.e, s);
@@ -722,8 +727,9 @@ int bench_decode(int argc, char **argv)
 		       "fio: sequential %uK reads, depth %u, O_DIRECT, %s, %.0f s, right before and "
 		       "after each of the two tiered set-ups, the mean of the two\n",
 		       FIO_BS >> 10, FIO_DEPTH, BENCH_FIO_LIKE_KVT, o.fio_seconds);
-		printf("%-6s %-21s %7s %9s %8s %8s %8s %11s %8s %12s %9s %6s\n", "ctx", "tiers", "KV MiB",
-		       "ms/step", "tok/s", "nvme MB", "fast hit", "pf h/l", "stall ms", "fio b/a GB/s",
+		printf("%-6s %-21s %7s %9s %8s %8s %6s %8s %11s %8s %12s %9s %6s\n", "ctx", "tiers",
+		       "KV MiB", "ms/step", "tok/s", "nvme MB", "pg/op", "fast hit", "pf h/l", "stall ms",
+		       "fio b/a GB/s",
 		       "bound ms", "ratio");
 	}
 	fflush(stdout);
@@ -771,13 +777,14 @@ int bench_decode(int argc, char **argv)
 				printf("{\"bench\":\"decode\",\"ctx\":%u,\"tiers\":\"%s\",\"fast_pages\":%" PRIu64
 				       ",\"host_pages\":%" PRIu64 ",\"nvme_pages\":%" PRIu64 ",\"page_bytes\":%"
 				       PRIu64 ",\"kv_bytes\":%" PRIu64 ",\"step_ms\":%.3f,\"tok_per_s\":%.2f,"
-				       "\"nvme_bytes_per_step\":%.0f,\"fast_hit\":%.4f,\"prefetch_hit\":%" PRIu64
+				       "\"nvme_bytes_per_step\":%.0f,\"nvme_pages_per_op\":%.2f,"
+				       "\"fast_hit\":%.4f,\"prefetch_hit\":%" PRIu64
 				       ",\"prefetch_late\":%" PRIu64 ",\"stall_ms_per_step\":%.3f,"
 				       "\"resident_ms\":%.3f,\"fio_gbps\":%.3f,\"fio_before_gbps\":%.3f,"
 				       "\"fio_after_gbps\":%.3f,\"bound_ms\":%.3f,\"ratio\":%.3f,"
 				       "\"goal\":1.15,\"context\":\"fill_random\"}\n",
 				       ctx, name, fast[su], host[su], nvme[su], pb, kv,
-				       rs->step_s * 1e3, 1 / rs->step_s, rs->nvme_read, rs->fast_hit,
+				       rs->step_s * 1e3, 1 / rs->step_s, rs->nvme_read, rs->per_op, rs->fast_hit,
 				       rs->pf_hit, rs->pf_late, rs->stall_s * 1e3, t_res * 1e3, fio / 1e9,
 				       f0 / 1e9, f1 / 1e9, bound * 1e3, rs->step_s / bound);
 			} else {
@@ -785,13 +792,13 @@ int bench_decode(int argc, char **argv)
 				snprintf(rstr, sizeof(rstr), "%.2f", rs->step_s / bound);
 				snprintf(pf, sizeof(pf), "%" PRIu64 "/%" PRIu64, rs->pf_hit, rs->pf_late);
 				snprintf(fstr, sizeof(fstr), "%.2f/%.2f", f0 / 1e9, f1 / 1e9);
-				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %8.3f %11s %8.1f %12s %9s %6s\n",
+				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %6.1f %8.3f %11s %8.1f %12s %9s %6s\n",
 				       cs, name, mib(kv), rs->step_s * 1e3, 1 / rs->step_s,
-				       rs->nvme_read / 1e6, rs->fast_hit, pf, rs->stall_s * 1e3,
+				       rs->nvme_read / 1e6, rs->per_op, rs->fast_hit, pf, rs->stall_s * 1e3,
 				       su ? fstr : "", su ? bstr : "", su ? rstr : "");
 				if (k == 3)
-					printf("%-6s %-21s %7s %9.1f %8.2f %8s %8s %11s %8s %12s %9s %6s\n", cs,
-					       "fast 100% both runs", "", t_res * 1e3, 1 / t_res, "", "", "",
+					printf("%-6s %-21s %7s %9.1f %8.2f %8s %6s %8s %11s %8s %12s %9s %6s\n",
+					       cs, "fast 100% both runs", "", t_res * 1e3, 1 / t_res, "", "", "", "",
 					       "", "", "ref", "-");
 			}
 		}

@@ -162,6 +162,8 @@ struct kvt_stats {
 		 prefetch_dropped;
 	uint64_t lost_pages;		/* pages marked lost (never served) */
 	uint64_t csum_failures, io_errors, short_ios, enospc;
+	uint64_t nvme_ops, nvme_reqs;	/* NVMe reads and writes issued, and the
+					 * page requests they carried (coalesced) */
 	uint64_t stall_ns;		/* time kvt_batch_next spent waiting */
 	int	 nvme_paused;		/* demotion to NVMe paused after ENOSPC */
 	int	 nvme_direct;		/* 1 O_DIRECT, 0 buffered */

@@ -5,6 +5,7 @@
  * direction (like one CUDA stream each way) and complete in order, so a
  * fence is just a sequence number. An optional bandwidth cap emulates PCIe.
  */
+#define _GNU_SOURCE		/* pthread_setname_np */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -242,6 +243,7 @@ int kvt_cpu_device_open(double copy_gbps, struct kvt_device *out)
 		if (r)
 			goto fail;
 		d->e[i].started = 1;
+		pthread_setname_np(d->e[i].thread, i ? "kvt-copy-d2h" : "kvt-copy-h2d");
 	}
 	out->ops = &cpu_ops;
 	out->ctx = d;
