@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -281,3 +282,32 @@ int t_run_cases(const struct t_case *cases, unsigned n, int in_place_too, int wi
 		return 1;
 	return skips == runs ? T_SKIP : 0;
 }
+
+int32_t t_argmax(const float *v, size_t n)
+{
+	size_t best = 0;
+
+	for (size_t i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return (int32_t)best;
+}
+
+double t_rel_err(const float *a, const float *b, size_t n)
+{
+	double d = 0, m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		d = fmax(d, fabs((double)a[i] - b[i]));
+		m = fmax(m, fabs((double)b[i]));
+	}
+	return m ? d / m : d;
+}
+
+const char *t_dir(void)
+{
+	const char *d = getenv("KVT_TEST_DIR");
+
+	return d ? d : "/tmp";
+}
+

@@ -80,4 +80,12 @@ unsigned t_scale(unsigned n);
 /* A log callback that prints to stderr with a prefix. */
 void t_log(void *arg, int level, const char *msg);
 
+/* $KVT_TEST_DIR, else /tmp. */
+const char *t_dir(void);
+
+/* The index of the largest of v[0, n) (the first of equals): greedy's token. */
+int32_t t_argmax(const float *v, size_t n);
+/* max |a - b| / max |b| over n values (max |a - b| when b is all zero). */
+double t_rel_err(const float *a, const float *b, size_t n);
+
 #endif

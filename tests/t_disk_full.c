@@ -19,16 +19,6 @@
 
 #define GEN 8
 
-static int32_t argmax(const float *v, uint32_t n)
-{
-	int32_t b = 0;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[b])
-			b = (int32_t)i;
-	return b;
-}
-
 int main(void)
 {
 	const char *dir = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -67,7 +57,7 @@ int main(void)
 	CHECK_EQ(kvt_eval(dense, ref, prompt, 64, NULL, NULL), 0);
 	for (int i = 0; i < GEN; i++) {
 		memcpy(ref_logits[i], kvt_session_logits(ref), sizeof(ref_logits[i]));
-		tok[0] = argmax(ref_logits[i], 300);
+		tok[0] = t_argmax(ref_logits[i], 300);
 		CHECK_EQ(kvt_decode(dense, &ref, tok, 1), 1);
 	}
 
@@ -115,7 +105,7 @@ int main(void)
 			fprintf(stderr, "step %d: a's logits differ from dense by %g (max %g)\n", i, d, mx);
 			return 1;
 		}
-		tok[0] = argmax(lg, 300);
+		tok[0] = t_argmax(lg, 300);
 		tok[1] = 3;
 		CHECK_EQ(kvt_decode(e, both, tok, 2), 1);
 	}

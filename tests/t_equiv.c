@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/common.h"
+#include "tests/model_common.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
 #include "runtime/synth.h"
@@ -36,19 +36,12 @@ struct tiers {
 	unsigned threads;
 };
 
-static const char *tdir(void)
-{
-	const char *d = getenv("KVT_TEST_DIR");
-
-	return d ? d : "/tmp";
-}
-
 static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag)
 {
 	char path[512], err[512];
 	struct kvt_model *m;
 
-	snprintf(path, sizeof(path), "%s/equiv-%s-%d.gguf", tdir(), tag, (int)getpid());
+	snprintf(path, sizeof(path), "%s/equiv-%s-%d.gguf", t_dir(), tag, (int)getpid());
 	if (kvt_synth_write(syn, path, err, sizeof(err))) {
 		fprintf(stderr, "synth: %s\n", err);
 		exit(1);
@@ -71,36 +64,8 @@ static void prompt_tokens(int32_t *t, unsigned n, uint32_t n_vocab, unsigned see
 	}
 }
 
-static int32_t argmax(const float *v, uint32_t n)
-{
-	int32_t best = 0;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = (int32_t)i;
-	return best;
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, uint32_t n)
-{
-	double d = 0, m = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		d = fmax(d, fabs((double)a[i] - b[i]));
-		m = fmax(m, fabs((double)b[i]));
-	}
-	return m ? d / m : d;
-}
-
 /* An engine: dense, or over a fresh pager with tiers sized in per cent of
  * the KV the run needs (n_ctx tokens, nseq sequences). */
-struct rig {
-	struct kvt_device *dev;
-	struct kvt_pager *p;
-	struct kvt_engine *e;
-};
-
 static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
 		     const struct tiers *t, unsigned n_ctx, unsigned nseq)
 {
@@ -117,12 +82,8 @@ static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
 	ep.n_threads = t ? t->threads : 1;
 	ep.dense = !t;
 	if (t) {
-		uint64_t pages, pb, fast, host;
+		uint64_t pages, fast, host;
 
-		kvt_config_default(&cfg);
-		kvt_engine_pager_geometry(m, g->kv_type, &cfg);
-		cfg.page_tokens = g->page_tokens;
-		pb = kvt_config_page_bytes(&cfg);
 		pages = (uint64_t)m->hp.n_layer * nseq * ((n_ctx + g->page_tokens - 1) / g->page_tokens);
 		fast = pages * t->fast_pct / 100;
 		host = pages * t->host_pct / 100;
@@ -130,27 +91,10 @@ static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
 			fast = 2ull * m->hp.n_layer * nseq;
 		if (host < 4)
 			host = 4;	/* the staging the NVMe tier reads through */
-		cfg.tier[KVT_TIER_FAST].bytes = fast * pb;
-		cfg.tier[KVT_TIER_HOST].bytes = host * pb;
-		cfg.tier[KVT_TIER_NVME].bytes = (pages + 16) * pb;
-		for (int i = 0; i < KVT_NTIERS; i++)
-			snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "%s", t->policy);
-		snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", tdir());
-		cfg.host_hugepages = KVT_HUGE_OFF;
-		cfg.log = t_log;
-		r->p = t_open(&cfg, &r->dev);
+		r->p = t_open_model_pager(m, g->kv_type, g->page_tokens, fast, host, pages + 16,
+					  t->policy, &r->dev);
 	}
-	if (kvt_engine_new(m, r->p, &ep, &r->e, err, sizeof(err))) {
-		fprintf(stderr, "engine: %s\n", err);
-		exit(1);
-	}
-}
-
-static void rig_close(struct rig *r)
-{
-	kvt_engine_free(r->e);
-	if (r->p)
-		t_close(r->p, r->dev);
+	rig_engine(r, m, &ep);
 }
 
 /* Prefill then greedy decode; logits (gen, n_vocab) and tokens (gen) out. */
@@ -164,7 +108,7 @@ static void generate(struct rig *r, struct kvt_session *s, const int32_t *prompt
 
 		CHECK(lg);
 		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
-		toks[i] = argmax(lg, V);
+		toks[i] = t_argmax(lg, V);
 		if (i + 1 < gen)
 			CHECK_EQ(kvt_decode(r->e, &s, &toks[i], 1), 1);
 	}
@@ -174,7 +118,7 @@ static void compare(const char *what, const float *a, const float *b, const int3
 		    const int32_t *tb, unsigned gen, uint32_t V, double *worst)
 {
 	for (unsigned i = 0; i < gen; i++) {
-		double e = rel_err(a + (size_t)i * V, b + (size_t)i * V, V);
+		double e = t_rel_err(a + (size_t)i * V, b + (size_t)i * V, V);
 
 		if (e > *worst)
 			*worst = e;
@@ -296,7 +240,7 @@ static void test_batch_fork_park(void)
 		for (unsigned st = 0; st < gen; st++) {
 			for (k = 0; k < 3; k++) {
 				memcpy(lg[i][k] + (size_t)st * V, kvt_session_logits(ss[k]), V * sizeof(float));
-				tok[k] = argmax(kvt_session_logits(ss[k]), V);
+				tok[k] = t_argmax(kvt_session_logits(ss[k]), V);
 			}
 			if (st == 2)
 				CHECK_EQ(kvt_session_resume(r[i].e, ss[1]), 0);
@@ -315,8 +259,8 @@ static void test_batch_fork_park(void)
 		int32_t ta[8], tb[8];
 
 		for (unsigned st = 0; st < gen; st++) {
-			ta[st] = argmax(lg[1][k] + (size_t)st * V, V);
-			tb[st] = argmax(lg[0][k] + (size_t)st * V, V);
+			ta[st] = t_argmax(lg[1][k] + (size_t)st * V, V);
+			tb[st] = t_argmax(lg[0][k] + (size_t)st * V, V);
 		}
 		compare("batch", lg[1][k], lg[0][k], ta, tb, gen, V, &worst);
 		printf("batch+fork+park  sequence %d ok: worst relative error %.2e\n", k, worst);
@@ -345,7 +289,7 @@ static void test_save_restore(void)
 
 	CHECK(ref && got);
 	prompt_tokens(prompt, np, V, 99);
-	snprintf(path, sizeof(path), "%s/equiv-%d.session", tdir(), (int)getpid());
+	snprintf(path, sizeof(path), "%s/equiv-%d.session", t_dir(), (int)getpid());
 	rig_open(&r, m, g, NULL, n_ctx, 1);
 	CHECK_EQ(kvt_session_new(r.e, &s), 0);
 	generate(&r, s, prompt, np, gen, ref, tref, V);

@@ -38,7 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/common.h"
+#include "tests/model_common.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
 #include "runtime/synth.h"
@@ -60,13 +60,6 @@ static void *xmalloc(size_t n)
 
 	CHECK(p);
 	return p;
-}
-
-static const char *tdir(void)
-{
-	const char *d = getenv("KVT_TEST_DIR");
-
-	return d ? d : "/tmp";
 }
 
 /* ---- 1. the bound ---- */
@@ -273,7 +266,7 @@ static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag
 	char path[512], err[512];
 	struct kvt_model *m;
 
-	snprintf(path, sizeof(path), "%s/quest-%s-%d.gguf", tdir(), tag, (int)getpid());
+	snprintf(path, sizeof(path), "%s/quest-%s-%d.gguf", t_dir(), tag, (int)getpid());
 	if (kvt_synth_write(syn, path, err, sizeof(err))) {
 		fprintf(stderr, "synth: %s\n", err);
 		exit(1);
@@ -285,33 +278,6 @@ static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag
 	unlink(path);
 	return m;
 }
-
-static int32_t argmax(const float *v, uint32_t n)
-{
-	int32_t best = 0;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = (int32_t)i;
-	return best;
-}
-
-static double rel_err(const float *a, const float *b, uint32_t n)
-{
-	double d = 0, m = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		d = fmax(d, fabs((double)a[i] - b[i]));
-		m = fmax(m, fabs((double)b[i]));
-	}
-	return m ? d / m : d;
-}
-
-struct rig {
-	struct kvt_device *dev;
-	struct kvt_pager *p;
-	struct kvt_engine *e;
-};
 
 /* Layer 0's masses of the last decode step (its q depends on the token
  * alone, so engines fed the same tokens share it). */
@@ -359,34 +325,13 @@ static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned p
 		exit(1);
 	}
 	if (sel) {
-		kvt_config_default(&cfg);
-		kvt_engine_pager_geometry(m, kv_type, &cfg);
-		cfg.page_tokens = pt;
-		pb = kvt_config_page_bytes(&cfg);
 		pages = (uint64_t)m->hp.n_layer * 3 * ((n_ctx + pt - 1) / pt);	/* three sessions */
-		if (roomy)
-			cfg.tier[KVT_TIER_FAST].bytes = (pages + 16) * pb;
-		else
-			cfg.tier[KVT_TIER_FAST].bytes =
-				(pages / 15 > 4 * m->hp.n_layer ? pages / 15 : 4 * m->hp.n_layer) * pb;
-		cfg.tier[KVT_TIER_HOST].bytes = (pages / 12 > 4 ? pages / 12 : 4) * pb;
-		cfg.tier[KVT_TIER_NVME].bytes = (pages + 32) * pb;
-		snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", tdir());
-		cfg.host_hugepages = KVT_HUGE_OFF;
-		cfg.log = t_log;
-		r->p = t_open(&cfg, &r->dev);
+		r->p = t_open_model_pager(m, kv_type, pt,
+					  roomy ? pages + 16 : pages / 15 > 4 * m->hp.n_layer ?
+					  pages / 15 : 4 * m->hp.n_layer,
+					  pages / 12 > 4 ? pages / 12 : 4, pages + 32, NULL, &r->dev);
 	}
-	if (kvt_engine_new(m, r->p, &ep, &r->e, err, sizeof(err))) {
-		fprintf(stderr, "engine: %s\n", err);
-		exit(1);
-	}
-}
-
-static void rig_close(struct rig *r)
-{
-	kvt_engine_free(r->e);
-	if (r->p)
-		t_close(r->p, r->dev);
+	rig_engine(r, m, &ep);
 }
 
 /* What a decode phase did, from the pager's and the engine's counters. */
@@ -416,7 +361,7 @@ static void run(struct rig *r, uint32_t V, const int32_t *prompt, unsigned np, i
 		CHECK(lg);
 		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
 		if (!force)
-			toks[i] = argmax(lg, V);
+			toks[i] = t_argmax(lg, V);
 		CHECK_EQ(kvt_decode(r->e, &s, &toks[i], 1), 1);
 		if (w) {
 			CHECK(w->n <= mp);
@@ -479,8 +424,8 @@ static void test_full(const char *name, const struct kvt_synth *syn, int kv_type
 			run(&r, V, prompt, np, tgot, gen, 0, got, NULL, NULL, 0, &ph);
 			rig_close(&r);
 			for (unsigned i = 0; i < gen; i++) {
-				e_full = fmax(e_full, rel_err(got + (size_t)i * V, full + (size_t)i * V, V));
-				e_dense = fmax(e_dense, rel_err(got + (size_t)i * V, dense + (size_t)i * V, V));
+				e_full = fmax(e_full, t_rel_err(got + (size_t)i * V, full + (size_t)i * V, V));
+				e_dense = fmax(e_dense, t_rel_err(got + (size_t)i * V, dense + (size_t)i * V, V));
 				CHECK_EQ(tgot[i], tref[i]);
 			}
 			CHECK_EQ(ph.skipped, 0);
@@ -536,11 +481,11 @@ static void test_approx(const char *name, const struct kvt_synth *syn, int kv_ty
 		for (unsigned i = 0; i < gen; i++) {
 			const float *a = got + (size_t)i * V, *b = full + (size_t)i * V;
 			unsigned n = (np + i + 1 + pt - 1) / pt, kept = 0;
-			double e = rel_err(a, b, V), c = 0, forced = m_full[(size_t)i * mp + n - 1];
+			double e = t_rel_err(a, b, V), c = 0, forced = m_full[(size_t)i * mp + n - 1];
 
 			worst = fmax(worst, e);
 			mean += e / gen;
-			agree += argmax(a, V) == argmax(b, V);
+			agree += t_argmax(a, V) == t_argmax(b, V);
 			/* Layer 0 sees the same q and K in both: the true mass on
 			 * the pages this one kept. */
 			for (unsigned j = 0; j < n; j++)
@@ -603,7 +548,7 @@ static void test_fork_restore(const struct kvt_synth *syn, int kv_type, unsigned
 	CHECK(cut % pt);
 	prompt_tokens(prompt, np, V);
 	prompt_tokens(toks, gen, V);
-	snprintf(path, sizeof(path), "%s/quest-%d.session", tdir(), (int)getpid());
+	snprintf(path, sizeof(path), "%s/quest-%d.session", t_dir(), (int)getpid());
 	snprintf(spec, sizeof(spec), "quest:pages=%u", (cut / pt + 1) / 3 + 1);
 	rig_open(&r, m, kv_type, pt, n_ctx, 1, spec, 1, NULL);
 	CHECK_EQ(kvt_session_new(r.e, &s), 0);
@@ -626,7 +571,7 @@ static void test_fork_restore(const struct kvt_synth *syn, int kv_type, unsigned
 		memcpy(a + (size_t)i * V, kvt_session_logits(c), V * sizeof(float));
 		CHECK_EQ(kvt_decode(r.e, &rs, &toks[i], 1), 1);
 		memcpy(b + (size_t)i * V, kvt_session_logits(rs), V * sizeof(float));
-		worst = fmax(worst, rel_err(a + (size_t)i * V, b + (size_t)i * V, V));
+		worst = fmax(worst, t_rel_err(a + (size_t)i * V, b + (size_t)i * V, V));
 	}
 	CHECK(worst <= 1e-6);
 	printf("fork at token %u (inside page %u) and restore, %s: %u steps, logits within %.1e\n",
@@ -699,7 +644,7 @@ static void test_choice(const struct kvt_synth *syn, int kv_type, unsigned pt, u
 	CHECK_EQ(kvt_session_new(r.e, &s), 0);
 	CHECK_EQ(kvt_eval(r.e, s, prompt, np, NULL, NULL), 0);
 	for (unsigned i = 0; i < gen; i++) {
-		tok = argmax(kvt_session_logits(s), hp->n_vocab);
+		tok = t_argmax(kvt_session_logits(s), hp->n_vocab);
 		CHECK_EQ(kvt_decode(r.e, &s, &tok, 1), 1);
 		for (unsigned l = 0; l < hp->n_layer; l++) {
 			unsigned len = kvt_session_len(s), n = (len + pt - 1) / pt, got = 0;

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/common.h"
+#include "tests/model_common.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
 #include "runtime/synth.h"
@@ -277,12 +277,6 @@ static void test_rope(const char *p0, const char *p3)
 }
 
 /* An engine: dense, or over a pager with tiers sized in per cent of the KV. */
-struct rig {
-	struct kvt_device *dev;
-	struct kvt_pager *p;
-	struct kvt_engine *e;
-};
-
 static void rig_open(struct rig *r, struct kvt_model *m, int tiered, unsigned n_ctx)
 {
 	const unsigned page_tokens = 16;
@@ -299,58 +293,13 @@ static void rig_open(struct rig *r, struct kvt_model *m, int tiered, unsigned n_
 	ep.n_threads = tiered ? 2 : 1;
 	ep.dense = !tiered;
 	if (tiered) {
-		uint64_t pages, pb, fast, host;
+		uint64_t pages = (uint64_t)m->hp.n_layer * ((n_ctx + page_tokens - 1) / page_tokens);
 
-		kvt_config_default(&cfg);
-		kvt_engine_pager_geometry(m, KVT_KV_F16, &cfg);
-		cfg.page_tokens = page_tokens;
-		pb = kvt_config_page_bytes(&cfg);
-		pages = (uint64_t)m->hp.n_layer * ((n_ctx + page_tokens - 1) / page_tokens);
-		fast = pages / 10 < 2ull * m->hp.n_layer ? 2ull * m->hp.n_layer : pages / 10;
-		host = pages / 4 < 4 ? 4 : pages / 4;
-		cfg.tier[KVT_TIER_FAST].bytes = fast * pb;
-		cfg.tier[KVT_TIER_HOST].bytes = host * pb;
-		cfg.tier[KVT_TIER_NVME].bytes = (pages + 16) * pb;
-		for (int i = 0; i < KVT_NTIERS; i++)
-			snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "lru");
-		snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", dir);
-		cfg.host_hugepages = KVT_HUGE_OFF;
-		cfg.log = t_log;
-		r->p = t_open(&cfg, &r->dev);
+		r->p = t_open_model_pager(m, KVT_KV_F16, page_tokens,
+					  pages / 10 < 2ull * m->hp.n_layer ? 2ull * m->hp.n_layer : pages / 10,
+					  pages / 4 < 4 ? 4 : pages / 4, pages + 16, "lru", &r->dev);
 	}
-	if (kvt_engine_new(m, r->p, &ep, &r->e, err, sizeof(err))) {
-		fprintf(stderr, "engine: %s\n", err);
-		exit(1);
-	}
-}
-
-static void rig_close(struct rig *r)
-{
-	kvt_engine_free(r->e);
-	if (r->p)
-		t_close(r->p, r->dev);
-}
-
-static int32_t argmax(const float *v, uint32_t n)
-{
-	int32_t best = 0;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = (int32_t)i;
-	return best;
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double d = 0, mx = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		d = fmax(d, fabs((double)a[i] - b[i]));
-		mx = fmax(mx, fabs((double)b[i]));
-	}
-	return mx ? d / mx : d;
+	rig_engine(r, m, &ep);
 }
 
 /* Prefill np tokens then greedy decode: logits (gen, n_vocab) and tokens
@@ -378,7 +327,7 @@ static void run(const char *path, int tiered, unsigned np, unsigned gen, float *
 
 		CHECK(lg);
 		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
-		toks[i] = argmax(lg, V);
+		toks[i] = t_argmax(lg, V);
 		if (i + 1 < gen)
 			CHECK_EQ(kvt_decode(r.e, &s, &toks[i], 1), 1);
 	}
@@ -438,7 +387,7 @@ static void test_forward(const char *p0, const char *p3)
 	CHECK(!memcmp(l2, llin, n * 4));
 	CHECK(memcmp(l2, l0, n * 4));
 	/* Llama 3.1's factors change the logits. */
-	e = rel_err(l3, l0, n);
+	e = t_rel_err(l3, l0, n);
 	CHECK(e > 1e-6);
 	printf("forward: all-ones factors = plain RoPE, all-twos = linear scaling by 2 (bit for bit); "
 	       "llama3 factors move the logits by %.2e relative\n", e);
@@ -453,7 +402,7 @@ static void test_forward(const char *p0, const char *p3)
 	/* (b) The tiered path pages (a tenth of the KV fast) and matches. */
 	run(p3, 1, np, gen, l3t, t3t, 1);
 	for (unsigned i = 0; i < gen; i++) {
-		e = rel_err(l3t + (size_t)i * V, l3 + (size_t)i * V, V);
+		e = t_rel_err(l3t + (size_t)i * V, l3 + (size_t)i * V, V);
 		if (!(e <= TOL) || t3t[i] != t3[i]) {
 			fprintf(stderr, "tiered vs dense step %u: relative error %.3g (limit %g), "
 				"token %d vs %d\n", i, e, TOL, t3t[i], t3[i]);

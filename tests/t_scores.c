@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/common.h"
+#include "tests/model_common.h"
 #include "pager/policy.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
@@ -257,22 +257,6 @@ static struct kvt_model *make_model(const struct kvt_synth *syn)
 	return m;
 }
 
-static int32_t argmax(const float *v, uint32_t n)
-{
-	int32_t best = 0;
-
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = (int32_t)i;
-	return best;
-}
-
-struct rig {
-	struct kvt_device *dev;
-	struct kvt_pager *p;
-	struct kvt_engine *e;
-};
-
 static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned pt, unsigned n_ctx,
 		     const char *policy, int scores, struct seen *w)
 {
@@ -292,30 +276,11 @@ static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned p
 		ep.on_attn = on_attn;
 		ep.on_attn_arg = w;
 	}
-	kvt_config_default(&cfg);
-	kvt_engine_pager_geometry(m, kv_type, &cfg);
-	cfg.page_tokens = pt;
-	pb = kvt_config_page_bytes(&cfg);
 	pages = (uint64_t)m->hp.n_layer * ((n_ctx + pt - 1) / pt);
-	cfg.tier[KVT_TIER_FAST].bytes = (pages / 5 > 2 * m->hp.n_layer ? pages / 5 : 2 * m->hp.n_layer) * pb;
-	cfg.tier[KVT_TIER_HOST].bytes = (pages / 4 > 4 ? pages / 4 : 4) * pb;
-	cfg.tier[KVT_TIER_NVME].bytes = (pages + 16) * pb;
-	for (int i = 0; i < KVT_NTIERS; i++)
-		snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "%s", policy);
-	snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", d ? d : "/tmp");
-	cfg.host_hugepages = KVT_HUGE_OFF;
-	cfg.log = t_log;
-	r->p = t_open(&cfg, &r->dev);
-	if (kvt_engine_new(m, r->p, &ep, &r->e, err, sizeof(err))) {
-		fprintf(stderr, "engine: %s\n", err);
-		exit(1);
-	}
-}
-
-static void rig_close(struct rig *r)
-{
-	kvt_engine_free(r->e);
-	t_close(r->p, r->dev);
+	r->p = t_open_model_pager(m, kv_type, pt,
+				  pages / 5 > 2 * m->hp.n_layer ? pages / 5 : 2 * m->hp.n_layer,
+				  pages / 4 > 4 ? pages / 4 : 4, pages + 16, policy, &r->dev);
+	rig_engine(r, m, &ep);
 }
 
 static void test_engine(const char *name, const struct kvt_synth *syn, int kv_type, unsigned pt,
@@ -358,7 +323,7 @@ static void test_engine(const char *name, const struct kvt_synth *syn, int kv_ty
 			CHECK(l);
 			memcpy(lg[pass] + (size_t)i * hp->n_vocab, l, hp->n_vocab * sizeof(float));
 			if (!pass)
-				toks[prompt + i] = argmax(l, hp->n_vocab);
+				toks[prompt + i] = t_argmax(l, hp->n_vocab);
 			w.calls = 0;
 			CHECK_EQ(kvt_decode(r.e, &s, &toks[prompt + i], 1), 1);
 			if (pass)
@@ -409,7 +374,7 @@ static void test_engine(const char *name, const struct kvt_synth *syn, int kv_ty
 			mx = fmax(mx, fabs((double)b[x]));
 		}
 		CHECK(d <= 1e-5 * mx);
-		CHECK_EQ(argmax(a, hp->n_vocab), argmax(b, hp->n_vocab));
+		CHECK_EQ(t_argmax(a, hp->n_vocab), t_argmax(b, hp->n_vocab));
 		worst_off = fmax(worst_off, d / mx);
 	}
 	printf("engine %-16s %s: %u steps x %u layers, masses within %.2e of a softmax in double, "

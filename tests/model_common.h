@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* Set-up shared by the tests that run the inference engine over a pager.
+ * Kept out of common.c: it links the runtime, and with it OpenBLAS, whose
+ * start-up threads would count in t_nospin's CPU check. */
+#ifndef KVT_TESTS_MODEL_COMMON_H
+#define KVT_TESTS_MODEL_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include "common.h"
+#include "runtime/infer.h"
+
+/* A pager with model m's page geometry (kv_type, page_tokens tokens a
+ * page) and tiers of fast, host and nvme pages, every tier's policy
+ * `policy` (NULL: the default), its NVMe file in t_dir(), no huge pages;
+ * exits as t_open does. */
+static inline struct kvt_pager *t_open_model_pager(const struct kvt_model *m, int kv_type,
+						   unsigned page_tokens, uint64_t fast,
+						   uint64_t host, uint64_t nvme,
+						   const char *policy, struct kvt_device **dev)
+{
+	struct kvt_config cfg;
+	uint64_t pb;
+
+	kvt_config_default(&cfg);
+	kvt_engine_pager_geometry(m, kv_type, &cfg);
+	cfg.page_tokens = page_tokens;
+	pb = kvt_config_page_bytes(&cfg);
+	cfg.tier[KVT_TIER_FAST].bytes = fast * pb;
+	cfg.tier[KVT_TIER_HOST].bytes = host * pb;
+	cfg.tier[KVT_TIER_NVME].bytes = nvme * pb;
+	for (int i = 0; policy && i < KVT_NTIERS; i++)
+		snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "%s", policy);
+	snprintf(cfg.nvme_path, sizeof(cfg.nvme_path), "%s", t_dir());
+	cfg.host_hugepages = KVT_HUGE_OFF;
+	cfg.log = t_log;
+	return t_open(&cfg, dev);
+}
+
+/* An engine and the pager under it (p NULL: dense). */
+struct rig {
+	struct kvt_device *dev;
+	struct kvt_pager *p;
+	struct kvt_engine *e;
+};
+
+/* r->e over r->p (set first, or NULL), or exit with the reason. */
+static inline void rig_engine(struct rig *r, const struct kvt_model *m,
+			      const struct kvt_engine_params *ep)
+{
+	char err[512];
+
+	if (kvt_engine_new(m, r->p, ep, &r->e, err, sizeof(err))) {
+		fprintf(stderr, "engine: %s\n", err);
+		exit(1);
+	}
+}
+
+static inline void rig_close(struct rig *r)
+{
+	kvt_engine_free(r->e);
+	if (r->p)
+		t_close(r->p, r->dev);
+}
+
+#endif
