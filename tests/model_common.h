@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "common.h"
+#include <unistd.h>
 #include "runtime/infer.h"
+#include "runtime/synth.h"
 
 /* A pager with model m's page geometry (kv_type, page_tokens tokens a
  * page) and tiers of fast, host and nvme pages, every tier's policy
@@ -35,6 +37,26 @@ static inline struct kvt_pager *t_open_model_pager(const struct kvt_model *m, in
 	cfg.host_hugepages = KVT_HUGE_OFF;
 	cfg.log = t_log;
 	return t_open(&cfg, dev);
+}
+
+/* Write syn to a file in t_dir() named after tag, load it and unlink it
+ * (the mapping stays valid); exit with the reason on failure. */
+static inline struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag)
+{
+	char path[512], err[512];
+	struct kvt_model *m;
+
+	snprintf(path, sizeof(path), "%s/%s-%d.gguf", t_dir(), tag, (int)getpid());
+	if (kvt_synth_write(syn, path, err, sizeof(err))) {
+		fprintf(stderr, "synth: %s\n", err);
+		exit(1);
+	}
+	if (kvt_model_load(path, &m, err, sizeof(err))) {
+		fprintf(stderr, "load: %s\n", err);
+		exit(1);
+	}
+	unlink(path);
+	return m;
 }
 
 /* An engine and the pager under it (p NULL: dense). */

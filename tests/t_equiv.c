@@ -36,24 +36,6 @@ struct tiers {
 	unsigned threads;
 };
 
-static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag)
-{
-	char path[512], err[512];
-	struct kvt_model *m;
-
-	snprintf(path, sizeof(path), "%s/equiv-%s-%d.gguf", t_dir(), tag, (int)getpid());
-	if (kvt_synth_write(syn, path, err, sizeof(err))) {
-		fprintf(stderr, "synth: %s\n", err);
-		exit(1);
-	}
-	if (kvt_model_load(path, &m, err, sizeof(err))) {
-		fprintf(stderr, "load: %s\n", err);
-		exit(1);
-	}
-	unlink(path);	/* the mapping stays valid */
-	return m;
-}
-
 static void prompt_tokens(int32_t *t, unsigned n, uint32_t n_vocab, unsigned seed)
 {
 	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;

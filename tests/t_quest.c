@@ -261,24 +261,6 @@ static void test_needles(void)
 
 /* ---- the engine ---- */
 
-static struct kvt_model *make_model(const struct kvt_synth *syn, const char *tag)
-{
-	char path[512], err[512];
-	struct kvt_model *m;
-
-	snprintf(path, sizeof(path), "%s/quest-%s-%d.gguf", t_dir(), tag, (int)getpid());
-	if (kvt_synth_write(syn, path, err, sizeof(err))) {
-		fprintf(stderr, "synth: %s\n", err);
-		exit(1);
-	}
-	if (kvt_model_load(path, &m, err, sizeof(err))) {
-		fprintf(stderr, "load: %s\n", err);
-		exit(1);
-	}
-	unlink(path);
-	return m;
-}
-
 /* Layer 0's masses of the last decode step (its q depends on the token
  * alone, so engines fed the same tokens share it). */
 struct seen {

@@ -238,25 +238,6 @@ static void on_attn(void *arg, const struct kvt_session *s, unsigned layer, cons
 	w->calls++;
 }
 
-static struct kvt_model *make_model(const struct kvt_synth *syn)
-{
-	const char *d = getenv("KVT_TEST_DIR");
-	char path[512], err[512];
-	struct kvt_model *m;
-
-	snprintf(path, sizeof(path), "%s/scores-%d.gguf", d ? d : "/tmp", (int)getpid());
-	if (kvt_synth_write(syn, path, err, sizeof(err))) {
-		fprintf(stderr, "synth: %s\n", err);
-		exit(1);
-	}
-	if (kvt_model_load(path, &m, err, sizeof(err))) {
-		fprintf(stderr, "load: %s\n", err);
-		exit(1);
-	}
-	unlink(path);
-	return m;
-}
-
 static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned pt, unsigned n_ctx,
 		     const char *policy, int scores, struct seen *w)
 {
@@ -286,7 +267,7 @@ static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned p
 static void test_engine(const char *name, const struct kvt_synth *syn, int kv_type, unsigned pt,
 			unsigned prompt, unsigned gen)
 {
-	struct kvt_model *m = make_model(syn);
+	struct kvt_model *m = make_model(syn, "scores");
 	const struct kvt_hparams *hp = &m->hp;
 	const char *policy = kvt_policy_find("h2o") ? "h2o" : "lru";
 	unsigned n_ctx = prompt + gen + 1, max_pages = n_ctx / pt + 2, G = hp->n_head / hp->n_head_kv;
