@@ -159,10 +159,15 @@ static uint32_t frame_alloc(struct tier *t)
 	return frame_alloc_run(t, 1, &got);
 }
 
+static inline int frame_is_free(const struct tier *t, uint32_t f)
+{
+	return f < t->nframes && (t->freemap[f / 64] >> (f % 64) & 1);
+}
+
 /* Take frame f if it is free. */
 static int frame_take(struct tier *t, uint32_t f)
 {
-	if (f >= t->nframes || !(t->freemap[f / 64] >> (f % 64) & 1))
+	if (!frame_is_free(t, f))
 		return 0;
 	t->freemap[f / 64] &= ~(1ull << (f % 64));
 	t->nfree--;
@@ -551,11 +556,6 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 		}
 	}
 	return 0;
-}
-
-static inline int frame_is_free(const struct tier *t, uint32_t f)
-{
-	return f < t->nframes && (t->freemap[f / 64] >> (f % 64) & 1);
 }
 
 /* The first free frame from the cursor on that starts len free frames in
