@@ -1063,9 +1063,19 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 	struct flight *fl = arg;
 	struct kvt_pager *p = fl->p;
 	struct pref req[MAX_MOVE];
-	uint32_t want = p->move_batch, n = 0, k;
+	uint32_t want = p->move_batch, n = 0, k, moving = fl->m - fl->next;
 	int prefetch = 0, full = 0;
 
+	/* Pages going to the fast tier: at most two batches' worth not landed
+	 * yet, so the frames its policy keeps are not all taken by pages on
+	 * their way (move_batch is sized from the fast tier). Reading the host
+	 * tier in place, they land there, as many as it has frames for. */
+	if (p->target == KVT_TIER_FAST) {
+		if (moving >= 2 * p->move_batch)
+			return 0;
+		if (want > 2 * p->move_batch - moving)
+			want = 2 * p->move_batch - moving;
+	}
 	if (want > MAX_FLIGHT - fl->m)
 		want = MAX_FLIGHT - fl->m;
 	if (want > room)
