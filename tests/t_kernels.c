@@ -867,52 +867,62 @@ static double best_of(int reps, struct kvt_pool *p, float *y, const float *x, un
 	return best;
 }
 
-/* Decode attention, one thread: one row, 32 heads over 8 KV heads of
- * 128, 64-token pages, f16 and f32 KV. */
+/* Decode attention, one thread, one row, f16 and f32 KV: 32 heads over 8
+ * KV heads of 128 with 64-token pages (GQA, four queries a KV head), and
+ * 8 heads of 64 with 16-token pages (MHA, one query a KV head). */
 static void bench_attn(void)
 {
-	const unsigned n_head = 32, n_kv = 8, hd = 128, page = 64, ctx = t_scale(4096);
+	static const unsigned shapes[2][4] = { { 32, 8, 128, 64 }, { 8, 8, 64, 16 } };
+	const unsigned ctx = t_scale(4096);
 	float q[32 * 128], out[32 * 128];
 	uint32_t qpos = ctx - 1;
 
-	for (unsigned i = 0; i < n_head * hd; i++)
+	for (unsigned i = 0; i < 32 * 128; i++)
 		q[i] = rndf();
-	fprintf(stderr, "speed: attention decode, 1 thread, %u tokens:", ctx);
-	for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_F32; kv_type++) {
-		struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
-		size_t tok = (size_t)n_kv * hd * (kv_type == KVT_KV_F16 ? 2 : 4);
-		uint8_t *k = xmalloc(ctx * tok), *v = xmalloc(ctx * tok);
-		struct kvt_attn_acc a;
-		double best = 1e9;
+	for (unsigned si = 0; si < 2; si++) {
+		const unsigned n_head = shapes[si][0], n_kv = shapes[si][1], hd = shapes[si][2];
+		const unsigned page = shapes[si][3];
 
-		for (size_t i = 0; i < (size_t)ctx * n_kv * hd; i++) {
-			float fk = rndf(), fv = rndf();
+		fprintf(stderr, "speed: attention decode, 1 thread, %u tokens, %u heads over %u of "
+			"%u, %u-token pages:", ctx, n_head, n_kv, hd, page);
+		for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_F32; kv_type++) {
+			struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd),
+						     kv_type };
+			size_t tok = (size_t)n_kv * hd * (kv_type == KVT_KV_F16 ? 2 : 4);
+			uint8_t *k = xmalloc(ctx * tok), *v = xmalloc(ctx * tok);
+			struct kvt_attn_acc a;
+			double best = 1e9;
 
-			if (kv_type == KVT_KV_F16) {
-				kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);
-				kvt_f32_to_f16((uint16_t *)v + i, &fv, 1);
-			} else {
-				((float *)k)[i] = fk;
-				((float *)v)[i] = fv;
+			for (size_t i = 0; i < (size_t)ctx * n_kv * hd; i++) {
+				float fk = rndf(), fv = rndf();
+
+				if (kv_type == KVT_KV_F16) {
+					kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);
+					kvt_f32_to_f16((uint16_t *)v + i, &fv, 1);
+				} else {
+					((float *)k)[i] = fk;
+					((float *)v)[i] = fv;
+				}
 			}
+			CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
+			for (int rep = 0; rep < 10; rep++) {
+				double t0 = now();
+				kvt_attn_acc_reset(&a);
+				for (unsigned t = 0; t < ctx; t += page)
+					CHECK_EQ(kvt_attn_page(&a, q, &qpos, k + t * tok, v + t * tok,
+							       ctx - t < page ? ctx - t : page, t), 0);
+				kvt_attn_finish(&a, out);
+				best = fmin(best, now() - t0);
+			}
+			fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)",
+				kv_type == KVT_KV_F16 ? "f16" : "f32", best * 1e3,
+				2.0 * ctx * tok / best / 1e9);
+			kvt_attn_acc_free(&a);
+			free(k);
+			free(v);
 		}
-		CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
-		for (int rep = 0; rep < 10; rep++) {
-			double t0 = now();
-			kvt_attn_acc_reset(&a);
-			for (unsigned t = 0; t < ctx; t += page)
-				CHECK_EQ(kvt_attn_page(&a, q, &qpos, k + t * tok, v + t * tok,
-						       ctx - t < page ? ctx - t : page, t), 0);
-			kvt_attn_finish(&a, out);
-			best = fmin(best, now() - t0);
-		}
-		fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)", kv_type == KVT_KV_F16 ? "f16" : "f32",
-			best * 1e3, 2.0 * ctx * tok / best / 1e9);
-		kvt_attn_acc_free(&a);
-		free(k);
-		free(v);
+		fprintf(stderr, "\n");
 	}
-	fprintf(stderr, "\n");
 }
 
 static void bench(void)
