@@ -616,8 +616,8 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
  * For each context: three fresh pagers, one session each,
  * filled with kvt_session_fill_random, --warmup steps, then --steps timed
  * steps: (a) all KV in the fast tier, (b) fast 1/4, host 1/4, NVMe the
- * rest, (c) fast 1/10, host STAGING_PAGES (staging for the reads, no
- * share of the KV), NVMe the rest; the fast tier gets one tail page per layer on
+ * rest, (c) fast 1/10, a host tier that only stages the reads (see
+ * staging_pages, no share of the KV), NVMe the rest; the fast tier gets one tail page per layer on
  * top. The bound of (b) and (c) is max((a)'s step time, the NVMe bytes a
  * step read / fio's rate): compute that cannot go faster than resident,
  * reads that cannot go faster than fio. fio's sequential read rate, over
@@ -628,8 +628,17 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
  */
 
 /* (c)'s host tier: no share of the KV, only the staging NVMe reads land in
- * on their way up (two promotion batches of the pager's largest). */
-#define STAGING_PAGES 256
+ * on their way up. It holds one full ring of reads (io.depth reads of
+ * io.max_io_bytes: 1024 pages of 32 KiB by default), so the disk's queue
+ * need not wait for attention to consume a page, but at most an eighth of
+ * the KV, so that at short contexts it stays staging. */
+static uint64_t staging_pages(const struct kvt_config *cfg, uint64_t total)
+{
+	uint64_t ring = (uint64_t)cfg->io_depth * cfg->max_io_bytes / kvt_config_page_bytes(cfg);
+	uint64_t cap = total / 8;
+
+	return ring < cap ? ring : cap < 16 ? 16 : cap;
+}
 
 struct decode_res {
 	double	 step_s;		/* median */
@@ -721,7 +730,8 @@ int bench_decode(int argc, char **argv)
 		       "median of %u timed steps; page %u tokens = %" PRIu64 " KiB\n",
 		       o.warmup, o.steps, cfg.page_tokens, pb >> 10);
 		printf("tiers: fast 100%% = all KV in the fast tier (the reference); staging = a host "
-		       "tier of %d pages that NVMe reads pass through, no share of the KV\n", STAGING_PAGES);
+		       "tier that NVMe reads pass through, no share of the KV: one ring of reads "
+		       "(io.depth x io.max_io_bytes), at most 1/8 of the KV\n");
 		printf("bound = max(fast 100%% ms/step at that context (median of both its runs, first "
 		       "and last), NVMe MB/step / fio GB/s); "
 		       "fio: sequential %uK reads, depth %u, O_DIRECT, %s, %.0f s, right before and "
@@ -741,7 +751,7 @@ int bench_decode(int argc, char **argv)
 		uint64_t kv = (uint64_t)ctx * kvt_model_kv_bytes_per_token(m, 2);
 		uint64_t fast[3] = { resident_frames(&cfg, total + layers), total / 4 + layers,
 				     total / 10 + layers };
-		uint64_t host[3] = { 16, total / 4, STAGING_PAGES };
+		uint64_t host[3] = { 16, total / 4, staging_pages(&cfg, total) };
 		uint64_t nvme[3] = { 0, total + total / 8, total + total / 8 };
 		/* (a) runs first and again last: its reference is the median of
 		 * both runs' steps, so drift over the context's runs hits the
