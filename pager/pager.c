@@ -2067,8 +2067,15 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 		b->pend[b->npend++] = i;
 	}
 	/* Layer-ahead prefetch: the same pages of the next layers, past the
-	 * last layer those of the first (the next step's). */
-	for (unsigned d = 1; ahead && d <= p->cfg.prefetch_depth && d < p->cfg.n_layers; d++) {
+	 * last layer those of the first (the next step's). No more layers
+	 * than the tier batches read from holds: the pages of one more would
+	 * evict those of the first before their layer came. */
+	unsigned depth = p->cfg.prefetch_depth;
+	uint64_t fits = lt->n ? p->t[p->target].online / lt->n : depth;
+
+	if (depth > fits)
+		depth = (unsigned)fits;
+	for (unsigned d = 1; ahead && d <= depth && d < p->cfg.n_layers; d++) {
 		struct layer_tab *nl = &s->lt[(layer + d) % p->cfg.n_layers];
 		for (unsigned i = 0; i < n; i++) {
 			uint32_t idx = pages ? pages[i] : i;

@@ -728,6 +728,7 @@ struct sim {
 	 * whether the move under way is a prefetch. */
 	unsigned  depth;
 	struct kmap where;
+	struct kmap lsize;	/* (seq, layer) -> its pages (highest index + 1) */
 	uint8_t	 *pf;
 	int	  in_pf;
 	struct kvt_sim_result *r;
@@ -1017,13 +1018,28 @@ static uint64_t where_key(uint32_t seq, uint32_t layer, uint32_t index)
 	       (uint64_t)index * 0x165667b19e3779f9ull ^ ((uint64_t)index << 32 | layer);
 }
 
+static uint64_t layer_key(uint32_t seq, uint32_t layer)
+{
+	return where_key(seq, layer, UINT32_MAX);
+}
+
 /* The page at (seq, layer, index) now: it becomes id. */
 static int where_set(struct sim *s, uint32_t id)
 {
 	const struct kvt_sim_trace *t = s->t;
 	uint64_t k = where_key(t->seq[id], t->layer[id], t->index[id]);
 	size_t j = kmap_slot(&s->where, k);
+	uint64_t lk = layer_key(t->seq[id], t->layer[id]);
+	size_t jl = kmap_slot(&s->lsize, lk);
 
+	if (!s->lsize.s[jl].v) {
+		s->lsize.s[jl].k = lk;
+		s->lsize.s[jl].v = t->index[id] + 1;
+		if (++s->lsize.n * 2 > s->lsize.mask && kmap_grow(&s->lsize))
+			return -ENOMEM;
+	} else if (s->lsize.s[jl].v < t->index[id] + 1) {
+		s->lsize.s[jl].v = t->index[id] + 1;
+	}
 	if (!s->where.s[j].v) {
 		s->where.s[j].k = k;
 		s->where.s[j].v = id + 1;
@@ -1039,8 +1055,9 @@ static int where_set(struct sim *s, uint32_t id)
  * page index of the next `depth` layers of its sequence (past the last,
  * when a kvtier header gives the count, the first ones), each brought up
  * unless it is in tier 0 already (or in no tier: the pager has nothing
- * to read it from). Made at once here; the pager's migration thread does
- * it when no demand is waiting. */
+ * to read it from). As in the pager, only as deep as tier 0 holds the
+ * layer and those ahead. Made at once here; the pager's migration thread
+ * does it when no demand is waiting. */
 static void prefetch_after(struct sim *s, uint32_t id)
 {
 	const struct kvt_sim_trace *t = s->t;
@@ -1049,8 +1066,13 @@ static void prefetch_after(struct sim *s, uint32_t id)
 	if (seq == KVT_REF_NONE || layer == KVT_REF_NONE || index == KVT_REF_NONE)
 		return;
 	uint32_t nl = t->has_hdr ? t->hdr.n_layers : 0;
+	uint64_t lp = s->lsize.s[kmap_slot(&s->lsize, layer_key(seq, layer))].v;
+	unsigned depth = s->depth;
+	uint64_t fits = lp ? s->tr[0].nframes / lp : depth;
 
-	for (unsigned d = 1; d <= s->depth && (!nl || d < nl); d++) {
+	if (depth > fits)
+		depth = (unsigned)fits;
+	for (unsigned d = 1; d <= depth && (!nl || d < nl); d++) {
 		uint32_t l = nl ? (layer + d) % nl : layer + d;
 		size_t j = kmap_slot(&s->where, where_key(seq, l, index));
 		uint32_t y = s->where.s[j].v ? s->where.s[j].v - 1 : KVT_SIM_NONE;
@@ -1334,6 +1356,7 @@ static void sim_free(struct sim *s)
 	free(s->slot2id);
 	free(s->pf);
 	kmap_free(&s->where);
+	kmap_free(&s->lsize);
 	kmap_free(&s->tails);
 }
 
@@ -1429,7 +1452,7 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 	if (c->prefetch_depth && t->seq && t->layer && t->index) {
 		s.depth = c->prefetch_depth;
 		s.pf = calloc(np, 1);
-		if (!s.pf || kmap_init(&s.where, t->npages)) {
+		if (!s.pf || kmap_init(&s.where, t->npages) || kmap_init(&s.lsize, 1024)) {
 			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u pages", t->npages);
 			goto out;
 		}

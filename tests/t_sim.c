@@ -727,6 +727,28 @@ static void prefetch(void)
 	CHECK(fabs(r1.prefetch_s - 9e-3) < 1e-9);	/* 9 reads up, off the demand path */
 	CHECK(fabs(r1.stall_s - 9e-3) < 1e-9);		/* page 0 from step 1 on */
 	kvt_sim_trace_free(&t);
+
+	/* Three layers, the same frame: depth 2 is cut to the one layer
+	 * tier 0 holds, as in the pager, and runs as depth 1 does (uncut,
+	 * the prefetch of layer 2 would find only the unused prefetch of
+	 * layer 1 to evict, and be dropped). */
+	n = 0;
+	for (uint32_t st = 0; st < 6; st++)
+		for (uint32_t l = 0; l < 3; l++)
+			rec[n++] = (struct kvt_trace_rec){ .event = KVT_EV_ACCESS, .step = st,
+				.key = (uint64_t)l << 32, .seq = 0, .layer = l, .index = 0,
+				.from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE };
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, n, NULL, err, sizeof(err)), 0);
+	c.prefetch_depth = 1;
+	run_ok(&c, &t, &r0);
+	c.prefetch_depth = 2;
+	run_ok(&c, &t, &r1);
+	CHECK(r0.prefetch_issued > 0);
+	CHECK_EQ(r1.prefetch_issued, r0.prefetch_issued);
+	CHECK_EQ(r1.prefetch_hit, r0.prefetch_hit);
+	CHECK_EQ(r1.tier[0].hits, r0.tier[0].hits);
+	CHECK_EQ(r1.prefetch_dropped, 0);
+	kvt_sim_trace_free(&t);
 }
 
 static void bad_inputs(void)
