@@ -1055,9 +1055,9 @@ static int where_set(struct sim *s, uint32_t id)
  * page index of the next `depth` layers of its sequence (past the last,
  * when a kvtier header gives the count, the first ones), each brought up
  * unless it is in tier 0 already (or in no tier: the pager has nothing
- * to read it from). As in the pager, only as deep as tier 0 holds the
- * layer and those ahead. Made at once here; the pager's migration thread
- * does it when no demand is waiting. */
+ * to read it from). As in the pager, no more layers than tier 0 holds.
+ * Made at once here; the pager's migration thread does it when no demand
+ * is waiting. */
 static void prefetch_after(struct sim *s, uint32_t id)
 {
 	const struct kvt_sim_trace *t = s->t;
