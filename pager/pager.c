@@ -2166,6 +2166,14 @@ static void unpin_consumed(struct kvt_pager *p, struct kvt_batch *b)
 	}
 }
 
+KVT_API const void *kvt_batch_peek(const struct kvt_batch *b)
+{
+	if (!b || b->rpos >= b->nready)
+		return NULL;
+	const struct entry *e = &b->e[b->ready[b->rpos]];
+	return e->err ? NULL : e->ptr;
+}
+
 KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 {
 	struct kvt_pager *p;

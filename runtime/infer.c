@@ -636,6 +636,12 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 		}
 		if (err)
 			continue;
+		/* The next page on its way into the caches while this one is
+		 * folded: reading the fast or host tier is bound by memory
+		 * latency more than by its bandwidth. */
+		const void *next = kvt_batch_peek(bt);
+		if (next)
+			kvt_cpu_prefetch(next, kvt_pager_page_bytes(e->p));
 		if (j->partial)
 			err = kvt_attn_page_partial(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
 						    vw.page * e->page_tokens,

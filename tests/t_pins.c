@@ -16,6 +16,9 @@
  * threads:  one thread acquires one page of A at a time, holds the view
  *   and checks its bytes and frame twice, while another thread appends to
  *   B, reads B and drains the tiers.
+ * peek:     kvt_batch_peek names the page the next kvt_batch_next hands
+ *   out (its K) when it is ready, pinned already: NULL before any page of
+ *   a batch on NVMe is in, and at the end.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -350,12 +353,70 @@ static void t_threads(int in_place)
 	t_close(TP, dev);
 }
 
+/* Read layer l of s through a batch, peeking before each next; returns
+ * how many peeks named a page. */
+static unsigned read_peeking(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
+			     uint32_t seed, unsigned l, unsigned n)
+{
+	struct kvt_batch *b;
+	struct kvt_view v;
+	unsigned named = 0, seen = 0;
+	int r;
+
+	CHECK_EQ(kvt_acquire(p, s, l, NULL, 0, &b), 0);
+	for (;;) {
+		const void *next = kvt_batch_peek(b);
+		if ((r = kvt_batch_next(b, &v)) != 1)
+			break;
+		CHECK(t_check_view(cfg, seed, l, &v) == 0);
+		if (next) {
+			CHECK(next == v.k);
+			named++;
+		}
+		seen++;
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(seen, n);
+	CHECK(kvt_batch_peek(b) == NULL);
+	kvt_batch_release(b);
+	return named;
+}
+
+static void t_peek(int in_place)
+{
+	struct kvt_config cfg;
+	struct kvt_device *dev;
+	struct kvt_pager *p = t_open_tiers(&cfg, &dev, LAYERS, 12, 16, 512, in_place, 0);
+	kvt_seq_t a;
+	const uint32_t A = 73;
+
+	CHECK(kvt_batch_peek(NULL) == NULL);
+	CHECK_EQ(kvt_seq_open(p, &a), 0);
+	t_append(p, a, &cfg, A, 0, 12);		/* 3 full pages per layer, resident */
+	/* Every page ready at the acquire: each next is named in advance. */
+	CHECK_EQ(read_peeking(p, a, &cfg, A, 1, 3), 3);
+
+	/* Everything on NVMe: nothing is ready before the first next. */
+	CHECK_EQ(kvt_seq_park(p, a), 0);
+	t_drain_to_nvme(p);
+	struct kvt_batch *b;
+	CHECK_EQ(kvt_acquire(p, a, 2, NULL, 0, &b), 0);
+	CHECK(kvt_batch_peek(b) == NULL);
+	kvt_batch_release(b);
+	CHECK_EQ(kvt_seq_resume(p, a), 0);
+	read_peeking(p, a, &cfg, A, 2, 3);
+	t_check_inv(p);
+	CHECK_EQ(kvt_seq_close(p, a), 0);
+	t_close(p, dev);
+}
+
 int main(void)
 {
 	static const struct t_case cases[] = {
 		{ "held-view", t_held_view },
 		{ "tails", t_tails },
 		{ "threads", t_threads },
+		{ "peek", t_peek },
 	};
 
 	return t_run_cases(cases, sizeof(cases) / sizeof(cases[0]), 1, 32);

@@ -123,6 +123,10 @@ int  kvt_acquire(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
  * the rest), -ENOSPC when no frame could be had for it. The view stays
  * valid (pinned) until the next call on this batch or the release. */
 int  kvt_batch_next(struct kvt_batch *b, struct kvt_view *view);
+/* Where the page the next kvt_batch_next hands out lies (its K; V follows
+ * half a page on, kvt_pager_page_bytes in all) when it is ready already,
+ * else NULL: a caller prefetches it while it works on the current one. */
+const void *kvt_batch_peek(const struct kvt_batch *b);
 void kvt_batch_release(struct kvt_batch *b);
 
 /* Queue pages for promotion without waiting (pages == NULL: all). */

@@ -205,6 +205,12 @@ void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n)
 		dst[i] = h2f(src[i]);
 }
 
+void kvt_cpu_prefetch(const void *p, size_t bytes)
+{
+	for (size_t off = 0; off < bytes; off += 64)
+		__builtin_prefetch((const char *)p + off, 0, 3);
+}
+
 void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n)
 {
 #ifdef KVT_X86
@@ -1765,10 +1771,8 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 	if (!gather) {
 		size_t bytes = (size_t)nmax * kvst * (sh->kv_type == KVT_KV_F16 ? 2 : 4);
 
-		for (size_t off = 0; off < bytes; off += 64) {
-			_mm_prefetch((const char *)k + off, _MM_HINT_T0);
-			_mm_prefetch((const char *)v + off, _MM_HINT_T0);
-		}
+		kvt_cpu_prefetch(k, bytes);
+		kvt_cpu_prefetch(v, bytes);
 	}
 #endif
 	for (unsigned g = 0; g < sh->n_kv_heads; g++) {

@@ -102,6 +102,8 @@ void kvt_swiglu(float *g, const float *u, unsigned n);
  * overflow gives inf, subnormals are kept; NaNs keep sign and payload (the
  * top 10 bits of it on the way down) and come out quiet, exactly as F16C
  * does, on every cpu. */
+/* Ask for [p, p + bytes) in the caches (a hint: never faults). */
+void kvt_cpu_prefetch(const void *p, size_t bytes);
 void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
