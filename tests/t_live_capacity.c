@@ -200,6 +200,26 @@ static void no_nvme(void)
 	t_close(p, dev);
 }
 
+/* Wait (at most 5 s) until the migration thread has nothing queued or in
+ * flight: the last reads leave prefetches behind them. */
+static void idle(struct kvt_pager *p)
+{
+	uint64_t end = now_ms() + 5000;
+
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		int busy = p->demand.n || p->prefetch.n || p->jobs || p->moving;
+		pthread_mutex_unlock(&p->lock);
+		if (!busy)
+			return;
+		if (now_ms() > end) {
+			fprintf(stderr, "the migration thread never went idle\n");
+			exit(1);
+		}
+		usleep(1000);
+	}
+}
+
 /* Shrink both tiers with nothing running; check what the stats and the
  * metrics say. */
 static void still(void)
@@ -219,6 +239,7 @@ static void still(void)
 	refused(P, "tier.fast.bytes", pages_text(NSEQ * LAYERS), -EBUSY, "pinned");
 
 	verify_all();	/* fill the fast and host tiers */
+	idle(P);
 	set_ok(P, "tier.fast.bytes", pages_text(20));
 	set_ok(P, "tier.host.bytes", pages_text(8));
 	settle(P);
