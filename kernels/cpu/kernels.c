@@ -1367,6 +1367,138 @@ AVX2 static void pv1_avx2(const struct attn_page *pg, const struct attn_group *g
 		pv1_avx2_body(pg, gr, t0, T, 0);
 }
 
+/* Two live queries in a group (decode with two query heads a KV head, or
+ * a row's last group): four tokens' scores for both reduced together,
+ * then both outputs' dims in registers. */
+AVX2_INLINE void scores2_avx2_body(const struct attn_page *pg, const struct attn_group *gr,
+				   unsigned T, int f16)
+{
+	const float *q0 = gr->q[0], *q1 = gr->q[1];
+	unsigned hd = pg->hd;
+
+	for (unsigned t = 0; t < T; t += 4) {
+		const void *k[4];
+		float r[8];
+		unsigned d = 0;
+
+		for (unsigned j = 0; j < 4; j++)
+			k[j] = kv_at(pg->k, (size_t)(t + j < T ? t + j : t) * pg->kst, f16);
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m256 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+
+		for (; d + 8 <= hd; d += 8) {
+			__m256 y0 = _mm256_loadu_ps(q0 + d), y1 = _mm256_loadu_ps(q1 + d);
+			__m256 x0 = kv_load8(kv_at(k[0], d, f16), f16);
+			__m256 x1 = kv_load8(kv_at(k[1], d, f16), f16);
+			__m256 x2 = kv_load8(kv_at(k[2], d, f16), f16);
+			__m256 x3 = kv_load8(kv_at(k[3], d, f16), f16);
+
+			a0 = _mm256_fmadd_ps(y0, x0, a0);
+			a1 = _mm256_fmadd_ps(y1, x0, a1);
+			a2 = _mm256_fmadd_ps(y0, x1, a2);
+			a3 = _mm256_fmadd_ps(y1, x1, a3);
+			a4 = _mm256_fmadd_ps(y0, x2, a4);
+			a5 = _mm256_fmadd_ps(y1, x2, a5);
+			a6 = _mm256_fmadd_ps(y0, x3, a6);
+			a7 = _mm256_fmadd_ps(y1, x3, a7);
+		}
+		_mm256_storeu_ps(r, hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7));
+		for (; d < hd; d++)
+			for (unsigned j = 0; j < 4; j++) {
+				r[2 * j] += q0[d] * kv_load1(k[j], d, f16);
+				r[2 * j + 1] += q1[d] * kv_load1(k[j], d, f16);
+			}
+		for (unsigned j = 0; j < 4 && t + j < T; j++) {
+			pg->S[t + j] = r[2 * j] * pg->scale;
+			pg->S[pg->sst + t + j] = r[2 * j + 1] * pg->scale;
+		}
+	}
+}
+
+AVX2_INLINE void pv2_avx2_body(const struct attn_page *pg, const struct attn_group *gr,
+			       unsigned t0, unsigned T, int f16)
+{
+	const float *S0 = pg->S, *S1 = S0 + pg->sst;
+	__m256 c0 = _mm256_set1_ps(gr->c[0]), c1 = _mm256_set1_ps(gr->c[1]);
+	float *o0 = gr->o[0], *o1 = gr->o[1];
+	unsigned hd = pg->hd, d = 0;
+
+	for (; d + 32 <= hd; d += 32) {
+		__m256 u0 = _mm256_mul_ps(_mm256_loadu_ps(o0 + d), c0);
+		__m256 u1 = _mm256_mul_ps(_mm256_loadu_ps(o0 + d + 8), c0);
+		__m256 u2 = _mm256_mul_ps(_mm256_loadu_ps(o0 + d + 16), c0);
+		__m256 u3 = _mm256_mul_ps(_mm256_loadu_ps(o0 + d + 24), c0);
+		__m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(o1 + d), c1);
+		__m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(o1 + d + 8), c1);
+		__m256 w2 = _mm256_mul_ps(_mm256_loadu_ps(o1 + d + 16), c1);
+		__m256 w3 = _mm256_mul_ps(_mm256_loadu_ps(o1 + d + 24), c1);
+
+		for (unsigned t = t0; t < T; t++) {
+			const void *vr = kv_at(pg->v, t * pg->vst + d, f16);
+			__m256 v0 = kv_load8(vr, f16), v1 = kv_load8(kv_at(vr, 8, f16), f16);
+			__m256 v2 = kv_load8(kv_at(vr, 16, f16), f16);
+			__m256 v3 = kv_load8(kv_at(vr, 24, f16), f16);
+			__m256 p0 = _mm256_broadcast_ss(S0 + t), p1 = _mm256_broadcast_ss(S1 + t);
+
+			u0 = _mm256_fmadd_ps(p0, v0, u0);
+			u1 = _mm256_fmadd_ps(p0, v1, u1);
+			u2 = _mm256_fmadd_ps(p0, v2, u2);
+			u3 = _mm256_fmadd_ps(p0, v3, u3);
+			w0 = _mm256_fmadd_ps(p1, v0, w0);
+			w1 = _mm256_fmadd_ps(p1, v1, w1);
+			w2 = _mm256_fmadd_ps(p1, v2, w2);
+			w3 = _mm256_fmadd_ps(p1, v3, w3);
+		}
+		_mm256_storeu_ps(o1 + d, w0);
+		_mm256_storeu_ps(o1 + d + 8, w1);
+		_mm256_storeu_ps(o1 + d + 16, w2);
+		_mm256_storeu_ps(o1 + d + 24, w3);
+		_mm256_storeu_ps(o0 + d, u0);
+		_mm256_storeu_ps(o0 + d + 8, u1);
+		_mm256_storeu_ps(o0 + d + 16, u2);
+		_mm256_storeu_ps(o0 + d + 24, u3);
+	}
+	for (; d + 8 <= hd; d += 8) {
+		__m256 u0 = _mm256_mul_ps(_mm256_loadu_ps(o0 + d), c0);
+		__m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(o1 + d), c1);
+
+		for (unsigned t = t0; t < T; t++) {
+			__m256 v0 = kv_load8(kv_at(pg->v, t * pg->vst + d, f16), f16);
+			u0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S0 + t), v0, u0);
+			w0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S1 + t), v0, w0);
+		}
+		_mm256_storeu_ps(o1 + d, w0);
+		_mm256_storeu_ps(o0 + d, u0);
+	}
+	for (; d < hd; d++) {
+		float a0 = o0[d] * gr->c[0], a1 = o1[d] * gr->c[1];
+		for (unsigned t = t0; t < T; t++) {
+			float x = kv_load1(pg->v, t * pg->vst + d, f16);
+			a0 += S0[t] * x;
+			a1 += S1[t] * x;
+		}
+		o1[d] = a1;
+		o0[d] = a0;
+	}
+}
+
+AVX2 static void scores2_avx2(const struct attn_page *pg, const struct attn_group *gr, unsigned T)
+{
+	if (pg->f16)
+		scores2_avx2_body(pg, gr, T, 1);
+	else
+		scores2_avx2_body(pg, gr, T, 0);
+}
+
+AVX2 static void pv2_avx2(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+			  unsigned T)
+{
+	if (pg->f16)
+		pv2_avx2_body(pg, gr, t0, T, 1);
+	else
+		pv2_avx2_body(pg, gr, t0, T, 0);
+}
+
 /* The AVX-512 kernels, for head_dim a multiple of 16 (all the usual
  * ones): the same steps on twice the lanes. */
 AVX512_INLINE __m512 kv_load16(const void *p, int f16)
@@ -1599,6 +1731,124 @@ AVX512 static void pv1_avx512(const struct attn_page *pg, const struct attn_grou
 		pv1_avx512_body(pg, gr, t0, T, 0);
 }
 
+/* Two live queries, as scores2_avx2 and pv2_avx2. */
+AVX512_INLINE void scores2_avx512_body(const struct attn_page *pg, const struct attn_group *gr,
+				       unsigned T, int f16)
+{
+	const float *q0 = gr->q[0], *q1 = gr->q[1];
+	unsigned hd = pg->hd;
+
+	for (unsigned t = 0; t < T; t += 4) {
+		const void *k[4];
+		float r[8];
+
+		for (unsigned j = 0; j < 4; j++)
+			k[j] = kv_at(pg->k, (size_t)(t + j < T ? t + j : t) * pg->kst, f16);
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m512 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+
+		for (unsigned d = 0; d < hd; d += 16) {
+			__m512 y0 = _mm512_loadu_ps(q0 + d), y1 = _mm512_loadu_ps(q1 + d);
+			__m512 x0 = kv_load16(kv_at(k[0], d, f16), f16);
+			__m512 x1 = kv_load16(kv_at(k[1], d, f16), f16);
+			__m512 x2 = kv_load16(kv_at(k[2], d, f16), f16);
+			__m512 x3 = kv_load16(kv_at(k[3], d, f16), f16);
+
+			a0 = _mm512_fmadd_ps(y0, x0, a0);
+			a1 = _mm512_fmadd_ps(y1, x0, a1);
+			a2 = _mm512_fmadd_ps(y0, x1, a2);
+			a3 = _mm512_fmadd_ps(y1, x1, a3);
+			a4 = _mm512_fmadd_ps(y0, x2, a4);
+			a5 = _mm512_fmadd_ps(y1, x2, a5);
+			a6 = _mm512_fmadd_ps(y0, x3, a6);
+			a7 = _mm512_fmadd_ps(y1, x3, a7);
+		}
+		_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(fold16(a0), fold16(a1), fold16(a2),
+							  fold16(a3), fold16(a4), fold16(a5),
+							  fold16(a6), fold16(a7)),
+						  _mm256_set1_ps(pg->scale)));
+		for (unsigned j = 0; j < 4 && t + j < T; j++) {
+			pg->S[t + j] = r[2 * j];
+			pg->S[pg->sst + t + j] = r[2 * j + 1];
+		}
+	}
+}
+
+AVX512_INLINE void pv2_avx512_body(const struct attn_page *pg, const struct attn_group *gr,
+				   unsigned t0, unsigned T, int f16)
+{
+	const float *S0 = pg->S, *S1 = S0 + pg->sst;
+	__m512 c0 = _mm512_set1_ps(gr->c[0]), c1 = _mm512_set1_ps(gr->c[1]);
+	float *o0 = gr->o[0], *o1 = gr->o[1];
+	unsigned hd = pg->hd, d = 0;
+
+	for (; d + 64 <= hd; d += 64) {
+		__m512 u0 = _mm512_mul_ps(_mm512_loadu_ps(o0 + d), c0);
+		__m512 u1 = _mm512_mul_ps(_mm512_loadu_ps(o0 + d + 16), c0);
+		__m512 u2 = _mm512_mul_ps(_mm512_loadu_ps(o0 + d + 32), c0);
+		__m512 u3 = _mm512_mul_ps(_mm512_loadu_ps(o0 + d + 48), c0);
+		__m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(o1 + d), c1);
+		__m512 w1 = _mm512_mul_ps(_mm512_loadu_ps(o1 + d + 16), c1);
+		__m512 w2 = _mm512_mul_ps(_mm512_loadu_ps(o1 + d + 32), c1);
+		__m512 w3 = _mm512_mul_ps(_mm512_loadu_ps(o1 + d + 48), c1);
+
+		for (unsigned t = t0; t < T; t++) {
+			const void *vr = kv_at(pg->v, t * pg->vst + d, f16);
+			__m512 v0 = kv_load16(vr, f16), v1 = kv_load16(kv_at(vr, 16, f16), f16);
+			__m512 v2 = kv_load16(kv_at(vr, 32, f16), f16);
+			__m512 v3 = kv_load16(kv_at(vr, 48, f16), f16);
+			__m512 p0 = _mm512_set1_ps(S0[t]), p1 = _mm512_set1_ps(S1[t]);
+
+			u0 = _mm512_fmadd_ps(p0, v0, u0);
+			u1 = _mm512_fmadd_ps(p0, v1, u1);
+			u2 = _mm512_fmadd_ps(p0, v2, u2);
+			u3 = _mm512_fmadd_ps(p0, v3, u3);
+			w0 = _mm512_fmadd_ps(p1, v0, w0);
+			w1 = _mm512_fmadd_ps(p1, v1, w1);
+			w2 = _mm512_fmadd_ps(p1, v2, w2);
+			w3 = _mm512_fmadd_ps(p1, v3, w3);
+		}
+		_mm512_storeu_ps(o1 + d, w0);
+		_mm512_storeu_ps(o1 + d + 16, w1);
+		_mm512_storeu_ps(o1 + d + 32, w2);
+		_mm512_storeu_ps(o1 + d + 48, w3);
+		_mm512_storeu_ps(o0 + d, u0);
+		_mm512_storeu_ps(o0 + d + 16, u1);
+		_mm512_storeu_ps(o0 + d + 32, u2);
+		_mm512_storeu_ps(o0 + d + 48, u3);
+	}
+	for (; d < hd; d += 16) {
+		__m512 u0 = _mm512_mul_ps(_mm512_loadu_ps(o0 + d), c0);
+		__m512 w0 = _mm512_mul_ps(_mm512_loadu_ps(o1 + d), c1);
+
+		for (unsigned t = t0; t < T; t++) {
+			__m512 v0 = kv_load16(kv_at(pg->v, t * pg->vst + d, f16), f16);
+			u0 = _mm512_fmadd_ps(_mm512_set1_ps(S0[t]), v0, u0);
+			w0 = _mm512_fmadd_ps(_mm512_set1_ps(S1[t]), v0, w0);
+		}
+		_mm512_storeu_ps(o1 + d, w0);
+		_mm512_storeu_ps(o0 + d, u0);
+	}
+}
+
+AVX512 static void scores2_avx512(const struct attn_page *pg, const struct attn_group *gr,
+				  unsigned T)
+{
+	if (pg->f16)
+		scores2_avx512_body(pg, gr, T, 1);
+	else
+		scores2_avx512_body(pg, gr, T, 0);
+}
+
+AVX512 static void pv2_avx512(const struct attn_page *pg, const struct attn_group *gr,
+			      unsigned t0, unsigned T)
+{
+	if (pg->f16)
+		pv2_avx512_body(pg, gr, t0, T, 1);
+	else
+		pv2_avx512_body(pg, gr, t0, T, 0);
+}
+
 /* S[0..nv) = e^(S - m), returning their sum. */
 AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
 {
@@ -1655,46 +1905,39 @@ static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsi
 	}
 }
 
-/* The kernels for one page, picked once per call; scores1 and pv1 (for a
- * group with one live query) may be NULL. */
+typedef void scores_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
+typedef void pv_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
+		   unsigned T);
+
+/* The kernels for one page, picked once per call: scores[n - 1] and
+ * pv[n - 1] for a group whose first n queries see something and the rest
+ * nothing (n = 1, 2, 4; NULL where only the four-wide ones exist). */
 struct attn_kernels {
-	void (*scores4)(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
-	void (*pv4)(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
-		    unsigned T);
-	void (*scores1)(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
-	void (*pv1)(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
-		    unsigned T);
+	scores_fn *scores[4];
+	pv_fn *pv[4];
 	int simd;
 };
 
 static void attend_group(const struct attn_page *pg, struct attn_group *gr,
 			 const struct attn_kernels *kn)
 {
-	unsigned T = 0;
+	unsigned T = 0, n = 4;
 
-	/* Slots that see nothing keep their o, m and l (c = 1, S = 0): with
-	 * only the first seeing anything, it goes alone. */
-	if (kn->scores1 && !gr->nv[1] && !gr->nv[2] && !gr->nv[3]) {
-		T = gr->nv[0];
-		if (!T)
-			return;
-		kn->scores1(pg, gr, T);
-		softmax_step(pg, gr, 0, T, kn->simd);
-		for (unsigned t0 = 0; t0 < T; t0 += PV_TOK) {
-			kn->pv1(pg, gr, t0, t0 + PV_TOK < T ? t0 + PV_TOK : T);
-			gr->c[0] = 1;
-		}
-		return;
-	}
 	for (unsigned s = 0; s < 4; s++)
 		T = gr->nv[s] > T ? gr->nv[s] : T;
 	if (!T)
 		return;
-	kn->scores4(pg, gr, T);
-	for (unsigned s = 0; s < 4; s++)
+	/* Slots that see nothing keep their o, m and l (c = 1, S = 0): when
+	 * only the first one or two see anything, they go alone. */
+	if (!gr->nv[2] && !gr->nv[3])
+		n = gr->nv[1] ? 2 : 1;
+	if (!kn->scores[n - 1])
+		n = 4;
+	kn->scores[n - 1](pg, gr, T);
+	for (unsigned s = 0; s < n; s++)
 		softmax_step(pg, gr, s, T, kn->simd);
 	for (unsigned t0 = 0; t0 < T; t0 += PV_TOK) {
-		kn->pv4(pg, gr, t0, t0 + PV_TOK < T ? t0 + PV_TOK : T);
+		kn->pv[n - 1](pg, gr, t0, t0 + PV_TOK < T ? t0 + PV_TOK : T);
 		gr->c[0] = gr->c[1] = gr->c[2] = gr->c[3] = 1;
 	}
 }
@@ -1718,21 +1961,20 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G, nmax = 0;
 	size_t need, kvst = (size_t)sh->n_kv_heads * hd;
 	struct attn_page pg = { .sst = ntok, .hd = hd, .scale = sh->scale };
-	struct attn_kernels kn = { scores4_scalar, pv4_scalar, NULL, NULL, kvt_cpu_simd() };
+	struct attn_kernels kn = { .scores = { [3] = scores4_scalar }, .pv = { [3] = pv4_scalar },
+				   .simd = kvt_cpu_simd() };
 	int gather = 1;
 	float *dummy;
 
 #ifdef KVT_X86
 	if (kn.simd >= 2 && hd % 16 == 0) {
-		kn.scores4 = scores4_avx512;
-		kn.pv4 = pv4_avx512;
-		kn.scores1 = scores1_avx512;
-		kn.pv1 = pv1_avx512;
+		kn = (struct attn_kernels){
+			.scores = { scores1_avx512, scores2_avx512, NULL, scores4_avx512 },
+			.pv = { pv1_avx512, pv2_avx512, NULL, pv4_avx512 }, .simd = kn.simd };
 	} else if (kn.simd) {
-		kn.scores4 = scores4_avx2;
-		kn.pv4 = pv4_avx2;
-		kn.scores1 = scores1_avx2;
-		kn.pv1 = pv1_avx2;
+		kn = (struct attn_kernels){
+			.scores = { scores1_avx2, scores2_avx2, NULL, scores4_avx2 },
+			.pv = { pv1_avx2, pv2_avx2, NULL, pv4_avx2 }, .simd = kn.simd };
 	}
 	if (kn.simd && nq <= 4)
 		gather = 0;
