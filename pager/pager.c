@@ -2068,8 +2068,10 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 	}
 	/* Layer-ahead prefetch: the same pages of the next layers, past the
 	 * last layer those of the first (the next step's). No more layers
-	 * than the tier batches read from holds: the pages of one more would
-	 * evict those of the first before their layer came. */
+	 * than the tier batches read from holds: deeper, the prefetched pages
+	 * were evicted before their layer came. At the limit this layer's
+	 * pinned pages leave less room, and a prefetch that finds no frame is
+	 * dropped (docs/architecture.md has the measurements). */
 	unsigned depth = p->cfg.prefetch_depth;
 	uint64_t fits = lt->n ? p->t[p->target].online / lt->n : depth;
 

@@ -728,7 +728,8 @@ struct sim {
 	 * whether the move under way is a prefetch. */
 	unsigned  depth;
 	struct kmap where;
-	struct kmap lsize;	/* (seq, layer) -> its pages (highest index + 1) */
+	struct kmap lsize;	/* (seq, layer) -> its pages so far (highest index
+				 * made or read, + 1) */
 	uint8_t	 *pf;
 	int	  in_pf;
 	struct kvt_sim_result *r;
@@ -1018,9 +1019,27 @@ static uint64_t where_key(uint32_t seq, uint32_t layer, uint32_t index)
 	       (uint64_t)index * 0x165667b19e3779f9ull ^ ((uint64_t)index << 32 | layer);
 }
 
-static uint64_t layer_key(uint32_t seq, uint32_t layer)
+/* Page id was made or read: its layer has at least index + 1 pages, as
+ * the pager's layer table would (the replay sees a layer grow only
+ * through its records). */
+static int layer_grew(struct sim *s, uint32_t id)
 {
-	return where_key(seq, layer, UINT32_MAX);
+	const struct kvt_sim_trace *t = s->t;
+	uint64_t k = (uint64_t)t->seq[id] << 32 | t->layer[id];
+	size_t j = kmap_slot(&s->lsize, k);
+
+	if (t->index[id] == KVT_REF_NONE)
+		return 0;
+	if (s->lsize.s[j].v) {
+		if (s->lsize.s[j].v < t->index[id] + 1)
+			s->lsize.s[j].v = t->index[id] + 1;
+		return 0;
+	}
+	s->lsize.s[j].k = k;
+	s->lsize.s[j].v = t->index[id] + 1;
+	if (++s->lsize.n * 2 > s->lsize.mask)
+		return kmap_grow(&s->lsize);
+	return 0;
 }
 
 /* The page at (seq, layer, index) now: it becomes id. */
@@ -1029,17 +1048,6 @@ static int where_set(struct sim *s, uint32_t id)
 	const struct kvt_sim_trace *t = s->t;
 	uint64_t k = where_key(t->seq[id], t->layer[id], t->index[id]);
 	size_t j = kmap_slot(&s->where, k);
-	uint64_t lk = layer_key(t->seq[id], t->layer[id]);
-	size_t jl = kmap_slot(&s->lsize, lk);
-
-	if (!s->lsize.s[jl].v) {
-		s->lsize.s[jl].k = lk;
-		s->lsize.s[jl].v = t->index[id] + 1;
-		if (++s->lsize.n * 2 > s->lsize.mask && kmap_grow(&s->lsize))
-			return -ENOMEM;
-	} else if (s->lsize.s[jl].v < t->index[id] + 1) {
-		s->lsize.s[jl].v = t->index[id] + 1;
-	}
 	if (!s->where.s[j].v) {
 		s->where.s[j].k = k;
 		s->where.s[j].v = id + 1;
@@ -1058,15 +1066,17 @@ static int where_set(struct sim *s, uint32_t id)
  * to read it from). As in the pager, no more layers than tier 0 holds.
  * Made at once here; the pager's migration thread does it when no demand
  * is waiting. */
-static void prefetch_after(struct sim *s, uint32_t id)
+static int prefetch_after(struct sim *s, uint32_t id)
 {
 	const struct kvt_sim_trace *t = s->t;
 	uint32_t seq = t->seq[id], layer = t->layer[id], index = t->index[id];
 
 	if (seq == KVT_REF_NONE || layer == KVT_REF_NONE || index == KVT_REF_NONE)
-		return;
+		return 0;
 	uint32_t nl = t->has_hdr ? t->hdr.n_layers : 0;
-	uint64_t lp = s->lsize.s[kmap_slot(&s->lsize, layer_key(seq, layer))].v;
+	if (layer_grew(s, id))
+		return -ENOMEM;
+	uint64_t lp = s->lsize.s[kmap_slot(&s->lsize, (uint64_t)seq << 32 | layer)].v;
 	unsigned depth = s->depth;
 	uint64_t fits = lp ? s->tr[0].nframes / lp : depth;
 
@@ -1085,6 +1095,7 @@ static void prefetch_after(struct sim *s, uint32_t id)
 		s->r->prefetch_issued++;
 		promote(s, y, 1);
 	}
+	return 0;
 }
 
 static void count_lookup(struct sim *s, unsigned tp)
@@ -1150,7 +1161,8 @@ static int new_page(struct sim *s, uint32_t id, int sealed)
 		}
 		s->tails.s[j].v = id + 1;
 	}
-	if (s->depth && s->t->seq && s->t->seq[id] != KVT_REF_NONE && where_set(s, id))
+	if (s->depth && s->t->seq && s->t->seq[id] != KVT_REF_NONE &&
+	    (where_set(s, id) || layer_grew(s, id)))
 		return -ENOMEM;
 	if (copies(s, id))
 		return 0;
@@ -1230,8 +1242,8 @@ static int run_general(struct sim *s, void (*progress)(void *, double), void *ar
 		case KVT_EV_ACCESS:
 			s->r->refs++;
 			access_one(s, id, t->next ? t->next[i] : UINT32_MAX);
-			if (s->depth)
-				prefetch_after(s, id);
+			if (s->depth && (r = prefetch_after(s, id)))
+				return r;
 			break;
 		case KVT_EV_NEW:
 			if (s->nextu)

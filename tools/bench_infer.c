@@ -632,7 +632,8 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
  * on their way up. It holds one full ring of reads (io.depth reads of
  * io.max_io_bytes: 1024 pages of 32 KiB by default), so the disk's queue
  * need not wait for attention to consume a page, but at most an eighth of
- * the KV, so that at short contexts it stays staging. */
+ * the KV (and at least 16 pages), so that at short contexts it stays
+ * staging. */
 static uint64_t staging_pages(const struct kvt_config *cfg, uint64_t total)
 {
 	uint64_t ring = (uint64_t)cfg->io_depth * cfg->max_io_bytes / kvt_config_page_bytes(cfg);

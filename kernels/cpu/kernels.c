@@ -1267,7 +1267,8 @@ AVX2 static void pv4_avx2(const struct attn_page *pg, const struct attn_group *g
  * row): the four-wide kernels would spend three quarters of their work on
  * dummies. Step 1 eight tokens at a time, one accumulator each, reduced
  * together; step 3 with the output's dims in registers, one broadcast per
- * token. Tokens past T read token t0's row again and are dropped.
+ * token. Tokens past T read the first row of their block again; their
+ * scores are dropped.
  */
 AVX2_INLINE void scores1_avx2_body(const struct attn_page *pg, const struct attn_group *gr,
 				   unsigned T, int f16)
@@ -1910,8 +1911,8 @@ typedef void pv_fn(const struct attn_page *pg, const struct attn_group *gr, unsi
 		   unsigned T);
 
 /* The kernels for one page, picked once per call: scores[n - 1] and
- * pv[n - 1] for a group whose first n queries see something and the rest
- * nothing (n = 1, 2, 4; NULL where only the four-wide ones exist). */
+ * pv[n - 1] for a group in which only the first n queries may see
+ * something (n = 1, 2, 4; NULL where only the four-wide ones exist). */
 struct attn_kernels {
 	scores_fn *scores[4];
 	pv_fn *pv[4];

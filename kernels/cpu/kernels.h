@@ -98,12 +98,13 @@ void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
 /* g (n) = silu(g) * u */
 void kvt_swiglu(float *g, const float *u, unsigned n);
 
+/* Ask for [p, p + bytes) in the caches (a hint: never faults). */
+void kvt_cpu_prefetch(const void *p, size_t bytes);
+
 /* f32 <-> IEEE half (F16C where the cpu has it). Round to nearest even;
  * overflow gives inf, subnormals are kept; NaNs keep sign and payload (the
  * top 10 bits of it on the way down) and come out quiet, exactly as F16C
  * does, on every cpu. */
-/* Ask for [p, p + bytes) in the caches (a hint: never faults). */
-void kvt_cpu_prefetch(const void *p, size_t bytes);
 void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
