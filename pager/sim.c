@@ -1048,6 +1048,7 @@ static int where_set(struct sim *s, uint32_t id)
 	const struct kvt_sim_trace *t = s->t;
 	uint64_t k = where_key(t->seq[id], t->layer[id], t->index[id]);
 	size_t j = kmap_slot(&s->where, k);
+
 	if (!s->where.s[j].v) {
 		s->where.s[j].k = k;
 		s->where.s[j].v = id + 1;

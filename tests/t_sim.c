@@ -749,6 +749,45 @@ static void prefetch(void)
 	CHECK_EQ(r1.tier[0].hits, r0.tier[0].hits);
 	CHECK_EQ(r1.prefetch_dropped, 0);
 	kvt_sim_trace_free(&t);
+
+	/* The cut follows a layer as it grows, as the pager's does. Sequence
+	 * 0 has one page in layers 0 and 1, sequence 1 one page in layer 0;
+	 * two frames, read 1:0, 0:0, 0:1 each step: the loop is one longer
+	 * than the tier, and reading 0:0 prefetches 0:1. After four steps
+	 * both layers of sequence 0 grow to three pages (sealed NEWs): two
+	 * frames hold no layer, and four more steps prefetch nothing more. */
+	struct kvt_trace_rec g[64];
+	size_t ng = 0, n1 = 0;
+#define GREC(ev, st, sq, ly, ix) g[ng++] = (struct kvt_trace_rec){ .event = (ev), .step = (st), \
+	.key = (uint64_t)(sq) << 40 | (uint64_t)(ly) << 20 | (ix), .seq = (sq), .layer = (ly), \
+	.index = (ix), .flags = (ev) == KVT_EV_NEW ? KVT_TF_SEALED : 0, \
+	.from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE }
+	GREC(KVT_EV_NEW, 0, 0, 0, 0);
+	GREC(KVT_EV_NEW, 0, 0, 1, 0);
+	GREC(KVT_EV_NEW, 0, 1, 0, 0);
+	for (uint32_t st = 1; st <= 8; st++) {
+		if (st == 5) {
+			n1 = ng;
+			for (uint32_t ix = 1; ix < 3; ix++) {
+				GREC(KVT_EV_NEW, st, 0, 0, ix);
+				GREC(KVT_EV_NEW, st, 0, 1, ix);
+			}
+		}
+		GREC(KVT_EV_ACCESS, st, 1, 0, 0);
+		GREC(KVT_EV_ACCESS, st, 0, 0, 0);
+		GREC(KVT_EV_ACCESS, st, 0, 1, 0);
+	}
+#undef GREC
+	c = tiers2("lru", 2, "lru", 10);
+	c.prefetch_depth = 1;
+	CHECK_EQ(kvt_sim_trace_recs(&t, g, n1, NULL, err, sizeof(err)), 0);
+	run_ok(&c, &t, &r0);
+	kvt_sim_trace_free(&t);
+	CHECK_EQ(kvt_sim_trace_recs(&t, g, ng, NULL, err, sizeof(err)), 0);
+	run_ok(&c, &t, &r1);
+	kvt_sim_trace_free(&t);
+	CHECK(r0.prefetch_issued > 0);
+	CHECK_EQ(r1.prefetch_issued, r0.prefetch_issued);
 }
 
 static void bad_inputs(void)
