@@ -111,6 +111,7 @@ struct kvt_nvme {
 	struct op *ops;			/* (info.depth) op slots */
 	struct op *free;		/* free slots */
 	unsigned inflight;		/* slots in use */
+	uint64_t depth_t;		/* when inflight last changed */
 	unsigned win_end;		/* end of the window being started */
 
 	/* The current run (valid inside kvt_nvme_run only). */
@@ -769,6 +770,18 @@ static void complete_req(struct kvt_nvme *n, struct kvt_io *io, int res, uint64_
 		n->done(n->done_arg, io);
 }
 
+/* Ops in flight go from n->inflight to n->inflight + by at now: count the
+ * time since the last change towards busy_ns and depth_ns. */
+static void depth_change(struct kvt_nvme *n, int by, uint64_t now)
+{
+	if (n->inflight && now > n->depth_t) {
+		n->info.busy_ns += now - n->depth_t;
+		n->info.depth_ns += (now - n->depth_t) * n->inflight;
+	}
+	n->depth_t = now;
+	n->inflight += (unsigned)by;
+}
+
 /* Every request of op completes with res; the slot is freed. */
 static void finish(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 {
@@ -779,7 +792,7 @@ static void finish(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 	op->busy = 0;
 	op->next_free = n->free;
 	n->free = op;
-	n->inflight--;
+	depth_change(n, -1, now);
 }
 
 /* Start the op beginning at ents[pos] (requests needing no I/O complete
@@ -802,7 +815,7 @@ static int start_op(struct kvt_nvme *n, unsigned pos, unsigned k, uint64_t now)
 
 	op = n->free;
 	n->free = op->next_free;
-	n->inflight++;
+	depth_change(n, 1, now);
 	op->busy = 1;
 	io = &n->reqs[e[pos].idx];
 	op->first = pos;
@@ -968,7 +981,7 @@ static int fail_run(struct kvt_nvme *n, unsigned pos, unsigned nreq, int err)
 		if (io_uring_wait_cqe_timeout(&n->ring, &cqe, &ts) < 0)
 			break;
 		io_uring_cqe_seen(&n->ring, cqe);
-		n->inflight--;
+		depth_change(n, -1, now_ns());
 	}
 	n->broken = err;
 	return err;

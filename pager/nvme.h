@@ -63,6 +63,10 @@ struct kvt_nvme_info {
 	uint64_t short_ios;		/* short completions retried */
 	uint64_t ops;			/* read/write SQEs issued (merged; retries not counted) */
 	uint64_t reqs;			/* requests carried by them */
+	uint64_t busy_ns;		/* time with at least one op in flight */
+	uint64_t depth_ns;		/* the sum over that time of the ops in flight
+					 * (ns x ops): depth_ns / busy_ns is the mean
+					 * queue depth while busy */
 	unsigned depth;			/* ring depth given at open */
 	unsigned depth_limit;		/* ops in flight at most (kvt_nvme_set_depth) */
 	uint64_t max_io;		/* effective coalescing limit in bytes */

@@ -2828,6 +2828,8 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->short_ios = ni.short_ios;
 		st->nvme_ops = ni.ops;
 		st->nvme_reqs = ni.reqs;
+		st->nvme_busy_ns = ni.busy_ns;
+		st->nvme_depth_ns = ni.depth_ns;
 		snprintf(st->nvme_notes, sizeof(st->nvme_notes), "%s", ni.notes);
 	}
 	return 0;

@@ -73,6 +73,8 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	U("short_ios", st->short_ios);
 	U("nvme_ops", st->nvme_ops);
 	U("nvme_requests", st->nvme_reqs);
+	U("nvme_busy_ns", st->nvme_busy_ns);
+	U("nvme_depth_ns", st->nvme_depth_ns);
 	U("enospc", st->enospc);
 	U("stall_ns", st->stall_ns);
 	put(&o, "\"nvme\":{\"paused\":%d,\"direct\":%d,\"registered_files\":%d,"

@@ -230,6 +230,13 @@ static void round_trip(struct kvt_nvme *n, uint8_t *region, unsigned round)
 	}
 	CHECK(b.ops - a.ops < N);
 	CHECK_EQ(b.ops - a.ops, RUN / 16 + (N - RUN));
+	/* The queue depth while busy: at least one op, at most the limit
+	 * (exactly one at depth 1). */
+	uint64_t busy = b.busy_ns - a.busy_ns, depth = b.depth_ns - a.depth_ns;
+	CHECK(busy > 0);
+	CHECK(depth >= busy && depth <= (uint64_t)b.depth_limit * busy);
+	if (b.depth_limit == 1)
+		CHECK_EQ(depth, busy);
 	fed_run(n, region, round);
 
 	/* Mixed, with overlapping pairs: page 0 is rewritten then read (the

@@ -59,11 +59,12 @@ void cli_print_tiers(FILE *f, const struct kvt_stats *st)
 		(unsigned long long)st->prefetch_dropped, (double)st->stall_ns / 1e6,
 		(unsigned long long)st->lost_pages);
 	fprintf(f, "nvme: %s I/O, registered files %s, buffers %s; %llu reads and writes, "
-		"%.1f pages each%s%s\n",
+		"%.1f pages each, %.1f in flight while busy (%.1f s)%s%s\n",
 		st->nvme_direct ? "O_DIRECT" : "buffered", st->nvme_registered_files ? "yes" : "no",
 		st->nvme_registered_buffers ? "yes" : "no", (unsigned long long)st->nvme_ops,
 		st->nvme_ops ? (double)st->nvme_reqs / (double)st->nvme_ops : 0.0,
-		st->nvme_notes[0] ? "; " : "", st->nvme_notes);
+		st->nvme_busy_ns ? (double)st->nvme_depth_ns / (double)st->nvme_busy_ns : 0.0,
+		(double)st->nvme_busy_ns / 1e9, st->nvme_notes[0] ? "; " : "", st->nvme_notes);
 	fprintf(f, "host: huge pages %s, mlocked %s%s%s\n", huge[st->host_hugepages & 3],
 		st->host_mlocked ? "yes" : "no", st->host_notes[0] ? "; " : "", st->host_notes);
 }

@@ -168,6 +168,9 @@ struct kvt_stats {
 	uint64_t csum_failures, io_errors, short_ios, enospc;
 	uint64_t nvme_ops, nvme_reqs;	/* NVMe reads and writes issued, and the
 					 * page requests they carried (coalesced) */
+	uint64_t nvme_busy_ns;		/* time with an NVMe operation in flight */
+	uint64_t nvme_depth_ns;		/* ns x operations in flight over that time:
+					 * / nvme_busy_ns = the mean queue depth */
 	uint64_t stall_ns;		/* time kvt_batch_next spent waiting */
 	int	 nvme_paused;		/* demotion to NVMe paused after ENOSPC */
 	int	 nvme_direct;		/* 1 O_DIRECT, 0 buffered */
