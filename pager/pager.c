@@ -1053,6 +1053,24 @@ static uint32_t land_every(uint32_t every, uint32_t m)
 	return e < 8 ? 8 : e > 256 ? 256 : e;
 }
 
+/* Take up to max pages off the prefetch queue (lock held), leaving out
+ * pages freed since and pages a batch has asked for meanwhile (the demand
+ * queue has them). Returns how many are in req. */
+static uint32_t pop_prefetch(struct kvt_pager *p, struct pref *req, uint32_t max)
+{
+	uint32_t got = pq_pop(&p->prefetch, req, max), n = 0;
+
+	for (uint32_t i = 0; i < got; i++) {
+		struct page *pg = &p->pages[req[i].slot];
+		if (pg->gen != req[i].gen)
+			continue;
+		pg->flags &= ~PF_QPREF;
+		if (!(pg->flags & PF_QDEMAND))
+			req[n++] = req[i];
+	}
+	return n;
+}
+
 /* kvt_nvme_run_more's hook: while the reads of a promotion run, take the
  * next pages from the queues (demand first) as long as frames come free
  * without writing anything down, and add their reads. Pending jobs and
@@ -1087,15 +1105,7 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 		if (p->demand.n) {
 			n = pq_pop(&p->demand, req, want);
 		} else if (p->prefetch.n) {
-			uint32_t got = pq_pop(&p->prefetch, req, want);
-			for (uint32_t i = 0; i < got; i++) {
-				struct page *pg = &p->pages[req[i].slot];
-				if (pg->gen != req[i].gen)
-					continue;
-				pg->flags &= ~PF_QPREF;
-				if (!(pg->flags & PF_QDEMAND))
-					req[n++] = req[i];
-			}
+			n = pop_prefetch(p, req, want);
 			prefetch = 1;
 		}
 	}
@@ -1228,16 +1238,7 @@ static void *migrate_main(void *arg)
 		if (worked)
 			continue;
 		if (p->prefetch.n) {
-			uint32_t n = pq_pop(&p->prefetch, req, p->move_batch), k = 0;
-			for (uint32_t i = 0; i < n; i++) {
-				struct page *pg = &p->pages[req[i].slot];
-				if (pg->gen != req[i].gen)
-					continue;
-				pg->flags &= ~PF_QPREF;
-				if (!(pg->flags & PF_QDEMAND))
-					req[k++] = req[i];
-			}
-			promote(p, req, k, 1);
+			promote(p, req, pop_prefetch(p, req, p->move_batch), 1);
 			continue;
 		}
 		struct timespec ts;
