@@ -191,6 +191,8 @@ struct kvt_pager {
 	struct kvt_io	*ios;
 	uint32_t	*order;
 	int		 nowrite;	/* reclaim only drops: a promotion is feeding the ring */
+	uint8_t		 feeding;	/* a promotion's reads run and refill() feeds them */
+	uint8_t		 kicked;	/* the ring was kicked since refill() last looked */
 	uint32_t	 extent;	/* NVMe frames placed together: io.max_io_bytes of pages */
 };
 

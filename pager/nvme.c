@@ -36,7 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -89,6 +91,13 @@ struct op {
 	uint8_t	 busy;		/* in flight (not on the free list) */
 };
 
+/* An op that completed, its requests not told yet. */
+struct done {
+	unsigned first, count;	/* ents[first, first + count) */
+	int	 res;
+	uint64_t lat;
+};
+
 struct kvt_nvme {
 	int	 fd;
 	int	 sqe_fd;		/* what SQEs name: 0 (registered index) or fd */
@@ -112,6 +121,11 @@ struct kvt_nvme {
 	struct op *free;		/* free slots */
 	unsigned inflight;		/* slots in use */
 	uint64_t depth_t;		/* when inflight last changed */
+	struct done *dq;		/* (info.depth) ops reaped, requests not told */
+	unsigned ndq;
+	int	 kick_fd;		/* eventfd kvt_nvme_kick writes, or -1 */
+	uint8_t	 kick_armed;		/* a multishot poll on it is in the ring */
+	uint8_t	 kick_off;		/* the poll failed: runs do without */
 	unsigned win_end;		/* end of the window being started */
 
 	/* The current run (valid inside kvt_nvme_run only). */
@@ -379,8 +393,14 @@ static int setup_ring(struct kvt_nvme *n, unsigned depth)
 		note(n, "register_files: %s", strerror(-r));
 	}
 
+	/* The kick: a poll on an eventfd in the same ring, so a run waiting
+	 * for a completion also wakes when there is more to read. */
+	n->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (n->kick_fd < 0)
+		note(n, "eventfd: %s", strerror(errno));
 	n->ops = calloc(depth, sizeof(*n->ops));
-	if (!n->ops)
+	n->dq = malloc(sizeof(*n->dq) * depth);
+	if (!n->ops || !n->dq)
 		return -ENOMEM;
 	for (i = depth; i-- > 0;) {
 		n->ops[i].next_free = n->free;
@@ -411,12 +431,15 @@ static void nvme_free(struct kvt_nvme *n)
 	}
 	if (n->fd >= 0)
 		close(n->fd);
+	if (n->kick_fd >= 0)
+		close(n->kick_fd);
 	if (n->unlink_at_close)
 		unlink(n->info.path);
 	if (n->ops)
 		for (i = 0; i < n->info.depth; i++)
 			free(n->ops[i].iov_store);
 	free(n->ops);
+	free(n->dq);
 	free(n->ents);
 	free(n->spans);
 	free(n);
@@ -434,6 +457,7 @@ int kvt_nvme_open(const struct kvt_nvme_opts *opts, struct kvt_nvme **out)
 	if (!n)
 		return -ENOMEM;
 	n->fd = -1;
+	n->kick_fd = -1;
 	n->log = opts->log;
 	n->log_arg = opts->log_arg;
 	n->info.depth = opts->depth;
@@ -523,6 +547,15 @@ fail:
 		note(n, "register_buffers: %s", strerror(-ret));
 	}
 	return ret;
+}
+
+void kvt_nvme_kick(struct kvt_nvme *n)
+{
+	uint64_t one = 1;
+
+	if (n && n->kick_fd >= 0)
+		while (write(n->kick_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+			;
 }
 
 void kvt_nvme_info(const struct kvt_nvme *n, struct kvt_nvme_info *info)
@@ -770,6 +803,9 @@ static void complete_req(struct kvt_nvme *n, struct kvt_io *io, int res, uint64_
 		n->done(n->done_arg, io);
 }
 
+/* The user data of the kick's poll: no op has this address. */
+#define KICK_DATA(n)	((void *)&(n)->kick_fd)
+
 /* Ops in flight go from n->inflight to n->inflight + by at now: count the
  * time since the last change towards busy_ns and depth_ns. */
 static void depth_change(struct kvt_nvme *n, int by, uint64_t now)
@@ -782,17 +818,30 @@ static void depth_change(struct kvt_nvme *n, int by, uint64_t now)
 	n->inflight += (unsigned)by;
 }
 
-/* Every request of op completes with res; the slot is freed. */
+/* Op is done with res: its slot is freed at once, its requests are told
+ * by deliver(), once the ring has been given more to do. */
 static void finish(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 {
-	unsigned i;
-
-	for (i = op->first; i < op->first + op->count; i++)
-		complete_req(n, &n->reqs[n->ents[i].idx], res, now - op->t0, 1);
+	n->dq[n->ndq++] = (struct done){ .first = op->first, .count = op->count, .res = res,
+					 .lat = now - op->t0 };
 	op->busy = 0;
 	op->next_free = n->free;
 	n->free = op;
 	depth_change(n, -1, now);
+}
+
+/* Tell the requests of the ops reaped so far how they ended. Their
+ * callbacks (the pager checksums each page read and publishes it) run
+ * while the next reads are in flight, not in a gap between two of them. */
+static void deliver(struct kvt_nvme *n)
+{
+	for (unsigned d = 0; d < n->ndq; d++) {
+		const struct done *x = &n->dq[d];
+
+		for (unsigned i = x->first; i < x->first + x->count; i++)
+			complete_req(n, &n->reqs[n->ents[i].idx], x->res, x->lat, 1);
+	}
+	n->ndq = 0;
 }
 
 /* Start the op beginning at ents[pos] (requests needing no I/O complete
@@ -930,6 +979,23 @@ static int handle(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 	return prep(n, op);
 }
 
+/* The kick's poll fired: empty the eventfd (the caller asks more() again
+ * after any reap). A poll that ends is armed again by the next wait; one
+ * the kernel refuses is not tried again. */
+static void kicked(struct kvt_nvme *n, const struct io_uring_cqe *cqe)
+{
+	uint64_t v;
+
+	if (!(cqe->flags & IORING_CQE_F_MORE))
+		n->kick_armed = 0;
+	if (cqe->res < 0 && cqe->res != -ECANCELED) {
+		n->kick_off = 1;
+		note(n, "kick poll: %s", strerror(-cqe->res));
+	}
+	while (read(n->kick_fd, &v, sizeof(v)) < 0 && errno == EINTR)
+		;
+}
+
 /* Submit what is queued and, when no completion is ready, wait for one.
  * EINTR, EAGAIN and EBUSY are retried. Returns 0 or -errno. */
 static int submit_wait(struct kvt_nvme *n)
@@ -965,6 +1031,7 @@ static int fail_run(struct kvt_nvme *n, unsigned pos, unsigned nreq, int err)
 {
 	unsigned i, j;
 
+	deliver(n);		/* those ended before the failure */
 	for (i = pos; i < nreq; i++)
 		n->reqs[i < n->win_end ? n->ents[i].idx : i].res = err;
 	for (i = 0; i < n->info.depth; i++) {
@@ -980,11 +1047,27 @@ static int fail_run(struct kvt_nvme *n, unsigned pos, unsigned nreq, int err)
 		struct __kernel_timespec ts = { .tv_sec = 1 };
 		if (io_uring_wait_cqe_timeout(&n->ring, &cqe, &ts) < 0)
 			break;
+		if (io_uring_cqe_get_data(cqe) == KICK_DATA(n))
+			kicked(n, cqe);
+		else
+			depth_change(n, -1, now_ns());
 		io_uring_cqe_seen(&n->ring, cqe);
-		depth_change(n, -1, now_ns());
 	}
 	n->broken = err;
 	return err;
+}
+
+/* Keep a multishot poll on the kick eventfd in the ring while a run with
+ * a more() waits, so that kvt_nvme_kick wakes it. */
+static void arm_kick(struct kvt_nvme *n)
+{
+	struct io_uring_sqe *sqe;
+
+	if (n->kick_armed || n->kick_off || n->kick_fd < 0 || !(sqe = get_sqe(n)))
+		return;
+	io_uring_prep_poll_multishot(sqe, n->kick_fd, POLLIN);
+	io_uring_sqe_set_data(sqe, KICK_DATA(n));
+	n->kick_armed = 1;
 }
 
 /* Reap the completions that are ready. Returns 0 or -errno (no SQE for a
@@ -1000,6 +1083,10 @@ static int reap(struct kvt_nvme *n)
 		struct op *op = io_uring_cqe_get_data(cqes[i]);
 		int res = cqes[i]->res;
 
+		if ((void *)op == KICK_DATA(n)) {
+			kicked(n, cqes[i]);
+			continue;
+		}
 		if (unlikely(n->fault_on) && n->fault.slow_us) {
 			struct timespec ts = {
 				.tv_sec = n->fault.slow_us / 1000000,
@@ -1073,6 +1160,8 @@ int kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, un
 			 * has drained (their order matters). */
 			unsigned k = nreq - pos;
 
+			if (drain)
+				deliver(n);	/* as if the cut were two runs */
 			if (build_conflicts(n, reqs, pos, k))
 				k = clean_prefix(n, reqs, pos, k);
 			n->win_end = pos + k;
@@ -1097,6 +1186,16 @@ int kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, un
 				return fail_run(n, pos, nreq, r);
 			pos = (unsigned)r;
 		}
+		if (n->ndq) {
+			/* The ring has its next reads: let the kernel have them,
+			 * then tell the ones that ended. Their callbacks may free
+			 * what more() was waiting for. */
+			if (io_uring_sq_ready(&n->ring))
+				(void)io_uring_submit(&n->ring);	/* failures: submit_wait */
+			deliver(n);
+			idle = 0;
+			continue;
+		}
 		if (!n->inflight) {
 			if (pos == nreq && (idle || !more || nreq == cap))
 				break;
@@ -1105,6 +1204,8 @@ int kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, un
 		if (pos == n->win_end && (pos < nreq ? !drain : more && !idle && nreq < cap &&
 					  n->inflight < n->info.depth_limit))
 			continue;	/* more to start before waiting */
+		if (more && nreq < cap)
+			arm_kick(n);
 		r = submit_wait(n);
 		if (!r)
 			r = reap(n);

@@ -133,6 +133,11 @@ int  kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, u
 		       void (*done)(void *arg, struct kvt_io *io), kvt_nvme_more_fn more,
 		       void *arg);
 
+/* Wake a kvt_nvme_run_more that waits for a completion, so that it asks
+ * its more() now (from any thread: the one call on a handle that may run
+ * beside a run). Without a run in progress, the next one wakes at once
+ * and finds nothing new: harmless. */
+void kvt_nvme_kick(struct kvt_nvme *n);
 void kvt_nvme_info(const struct kvt_nvme *n, struct kvt_nvme_info *info);
 /* Replace the fault settings (NULL or all zero: none) and restart their
  * counters. */

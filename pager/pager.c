@@ -467,6 +467,20 @@ static void queue_demand(struct kvt_pager *p, uint32_t s)
 		pg->flags |= PF_QDEMAND;
 }
 
+/* A batch waits for pages just queued (lock held): wake the migration
+ * thread, in its wait for work or, while a promotion's reads run, in its
+ * wait for their completions, so that refill() takes them at once rather
+ * than after the next read ends. Prefetches do not kick: taken early,
+ * they hold frames that demand would then evict them from. */
+static void wake_migrate(struct kvt_pager *p)
+{
+	pthread_cond_signal(&p->work);
+	if (p->feeding && !p->kicked) {
+		p->kicked = 1;
+		kvt_nvme_kick(p->nvme);
+	}
+}
+
 static void queue_prefetch(struct kvt_pager *p, uint32_t s)
 {
 	struct page *pg = &p->pages[s];
@@ -1101,6 +1115,7 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 	if (fl->full || !want)
 		return 0;
 	pthread_mutex_lock(&p->lock);
+	p->kicked = 0;
 	if (!p->stop && !p->jobs && !p->t[KVT_TIER_FAST].waiters) {
 		if (p->demand.n) {
 			n = pq_pop(&p->demand, req, want);
@@ -1135,6 +1150,8 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 
 	/* Transfers, lock dropped. Pages are published as they land, a few
 	 * at a time; the queues keep the reads coming while they run. */
+	p->feeding = p->nvme != NULL;
+	p->kicked = 0;
 	pthread_mutex_unlock(&p->lock);
 	uint64_t t0 = now_ns(), last = 0;
 	uint32_t nio = start_moves(p, &fl, 0, fl.m, p->ios);
@@ -1151,6 +1168,7 @@ static void promote(struct kvt_pager *p, const struct pref *req, uint32_t n, int
 	int rc = kvt_dev_fence_wait(p->dev, last);
 	uint64_t dt = now_ns() - t0;
 	pthread_mutex_lock(&p->lock);
+	p->feeding = 0;
 
 	if (nio)
 		kvt_nvme_info(p->nvme, &p->nvme_info);
@@ -2062,7 +2080,7 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 			pg->flags |= PF_UPFAST;
 		if (pg->state == P_READY) {
 			queue_demand(p, slot);
-			queued = 1;
+			queued = 2;
 		}
 		pg->want++;
 		b->pend[b->npend++] = i;
@@ -2084,11 +2102,13 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 			uint32_t idx = pages ? pages[i] : i;
 			if (idx < nl->n) {
 				queue_prefetch(p, nl->pg[idx]);
-				queued = 1;
+				queued |= 1;
 			}
 		}
 	}
-	if (queued)
+	if (queued & 2)
+		wake_migrate(p);
+	else if (queued)
 		pthread_cond_signal(&p->work);
 	s->batches++;
 	*out = b;
@@ -2150,7 +2170,7 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 			if (b->target == KVT_TIER_FAST && p->target != KVT_TIER_FAST)
 				pg->flags |= PF_UPFAST;
 			queue_demand(p, e->slot);
-			pthread_cond_signal(&p->work);
+			wake_migrate(p);
 		}
 		b->pend[k++] = i;
 	}

@@ -591,10 +591,11 @@ static void stats(const struct iopts *o, struct rig *g, struct kvt_stats *st)
 struct delta {
 	uint64_t nvme_read;		/* bytes read out of the NVMe tier */
 	double	 fast_hit;		/* fast hits / fast lookups */
-	uint64_t pf_hit, pf_late, pf_wasted;
+	uint64_t pf_hit, pf_late, pf_wasted, pf_dropped;
 	double	 stall_s;
 	double	 per_op;		/* NVMe pages per read or write issued */
 	double	 qd;			/* NVMe ops in flight on average while busy */
+	double	 busy_s;		/* time with an NVMe op in flight */
 };
 
 static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct delta *d)
@@ -609,6 +610,8 @@ static void diff(const struct kvt_stats *a, const struct kvt_stats *b, struct de
 	d->pf_hit = b->prefetch_hit - a->prefetch_hit;
 	d->pf_late = b->prefetch_late - a->prefetch_late;
 	d->pf_wasted = b->prefetch_wasted - a->prefetch_wasted;
+	d->pf_dropped = b->prefetch_dropped - a->prefetch_dropped;
+	d->busy_s = (double)(b->nvme_busy_ns - a->nvme_busy_ns) / 1e9;
 	d->qd = b->nvme_busy_ns > a->nvme_busy_ns ?
 		(double)(b->nvme_depth_ns - a->nvme_depth_ns) /
 		(double)(b->nvme_busy_ns - a->nvme_busy_ns) : 0;
@@ -653,7 +656,8 @@ struct decode_res {
 	double	 stall_s;		/* per step */
 	double	 per_op;		/* NVMe pages per operation */
 	double	 qd;			/* NVMe ops in flight while busy, mean */
-	uint64_t pf_hit, pf_late, pf_wasted;	/* over the timed steps */
+	double	 busy;			/* share of the timed steps the disk was busy */
+	uint64_t pf_hit, pf_late, pf_wasted, pf_dropped;	/* over the timed steps */
 	double	 t[MAX_SAMPLES];	/* the step times */
 };
 
@@ -663,7 +667,7 @@ static void run_decode(const struct iopts *o, struct kvt_model *m, unsigned ctx,
 	struct rig g;
 	struct kvt_stats a, b;
 	struct delta d;
-	double t[MAX_SAMPLES];
+	double t[MAX_SAMPLES], wall = 0;
 	unsigned i;
 
 	rig_open(&g, o, m, n_ctx, fast, host, nvme);
@@ -678,6 +682,7 @@ static void run_decode(const struct iopts *o, struct kvt_model *m, unsigned ctx,
 
 		step(o, &g, s, i, m->hp.n_vocab);
 		t[i] = cli_now() - t0;
+		wall += t[i];
 	}
 	stats(o, &g, &b);
 	diff(&a, &b, &d);
@@ -688,9 +693,11 @@ static void run_decode(const struct iopts *o, struct kvt_model *m, unsigned ctx,
 	res->stall_s = d.stall_s / o->steps;
 	res->per_op = d.per_op;
 	res->qd = d.qd;
+	res->busy = wall > 0 ? d.busy_s / wall : 0;
 	res->pf_hit = d.pf_hit;
 	res->pf_late = d.pf_late;
 	res->pf_wasted = d.pf_wasted;
+	res->pf_dropped = d.pf_dropped;
 	kvt_session_free(g.e, s);
 	rig_close(&g);
 }
@@ -746,8 +753,9 @@ int bench_decode(int argc, char **argv)
 		       "fio: sequential %uK reads, depth %u, O_DIRECT, %s, %.0f s, right before and "
 		       "after each of the two tiered set-ups, the mean of the two\n",
 		       FIO_BS >> 10, FIO_DEPTH, BENCH_FIO_LIKE_KVT, o.fio_seconds);
-		printf("%-6s %-21s %7s %9s %8s %8s %6s %5s %8s %18s %8s %12s %9s %6s\n", "ctx", "tiers",
-		       "KV MiB", "ms/step", "tok/s", "nvme MB", "pg/op", "qd", "fast hit", "pf h/l/w",
+		printf("%-6s %-21s %7s %9s %8s %8s %6s %5s %5s %8s %22s %8s %12s %9s %6s\n", "ctx",
+		       "tiers", "KV MiB", "ms/step", "tok/s", "nvme MB", "pg/op", "qd", "busy", "fast hit",
+		       "pf h/l/w/d",
 		       "stall ms",
 		       "fio b/a GB/s",
 		       "bound ms", "ratio");
@@ -798,36 +806,36 @@ int bench_decode(int argc, char **argv)
 				       ",\"host_pages\":%" PRIu64 ",\"nvme_pages\":%" PRIu64 ",\"page_bytes\":%"
 				       PRIu64 ",\"kv_bytes\":%" PRIu64 ",\"step_ms\":%.3f,\"tok_per_s\":%.2f,"
 				       "\"nvme_bytes_per_step\":%.0f,\"nvme_pages_per_op\":%.2f,"
-				       "\"nvme_queue_depth\":%.2f,"
+				       "\"nvme_queue_depth\":%.2f,\"nvme_busy\":%.3f,"
 				       "\"fast_hit\":%.4f,\"prefetch_hit\":%" PRIu64
 				       ",\"prefetch_late\":%" PRIu64 ",\"prefetch_wasted\":%" PRIu64
-				       ",\"stall_ms_per_step\":%.3f,"
+				       ",\"prefetch_dropped\":%" PRIu64 ",\"stall_ms_per_step\":%.3f,"
 				       "\"resident_ms\":%.3f,\"fio_gbps\":%.3f,\"fio_before_gbps\":%.3f,"
 				       "\"fio_after_gbps\":%.3f,\"bound_ms\":%.3f,\"ratio\":%.3f,"
 				       "\"goal\":1.15,\"context\":\"fill_random\"}\n",
 				       ctx, name, fast[su], host[su], nvme[su], pb, kv,
 				       rs->step_s * 1e3, 1 / rs->step_s, rs->nvme_read, rs->per_op, rs->qd,
-				       rs->fast_hit,
-				       rs->pf_hit, rs->pf_late, rs->pf_wasted, rs->stall_s * 1e3, t_res * 1e3,
+				       rs->busy, rs->fast_hit, rs->pf_hit, rs->pf_late, rs->pf_wasted,
+				       rs->pf_dropped, rs->stall_s * 1e3, t_res * 1e3,
 				       fio / 1e9,
 				       f0 / 1e9, f1 / 1e9, bound * 1e3, rs->step_s / bound);
 			} else {
 				snprintf(bstr, sizeof(bstr), "%.1f", bound * 1e3);
 				snprintf(rstr, sizeof(rstr), "%.2f", rs->step_s / bound);
-				snprintf(pf, sizeof(pf), "%" PRIu64 "/%" PRIu64 "/%" PRIu64, rs->pf_hit,
-					 rs->pf_late, rs->pf_wasted);
+				snprintf(pf, sizeof(pf), "%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64,
+					 rs->pf_hit, rs->pf_late, rs->pf_wasted, rs->pf_dropped);
 				snprintf(fstr, sizeof(fstr), "%.2f/%.2f", f0 / 1e9, f1 / 1e9);
-				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %6.1f %5.1f %8.3f %18s %8.1f %12s %9s "
-				       "%6s\n",
+				printf("%-6s %-21s %7.0f %9.1f %8.2f %8.1f %6.1f %5.1f %4.0f%% %8.3f %22s %8.1f "
+				       "%12s %9s %6s\n",
 				       cs, name, mib(kv), rs->step_s * 1e3, 1 / rs->step_s,
-				       rs->nvme_read / 1e6, rs->per_op, rs->qd, rs->fast_hit, pf,
+				       rs->nvme_read / 1e6, rs->per_op, rs->qd, rs->busy * 100, rs->fast_hit, pf,
 				       rs->stall_s * 1e3,
 				       su ? fstr : "", su ? bstr : "", su ? rstr : "");
 				if (k == 3)
-					printf("%-6s %-21s %7s %9.1f %8.2f %8s %6s %5s %8s %18s %8s %12s %9s "
-					       "%6s\n",
+					printf("%-6s %-21s %7s %9.1f %8.2f %8s %6s %5s %5s %8s %22s %8s %12s "
+					       "%9s %6s\n",
 					       cs, "fast 100% both runs", "", t_res * 1e3, 1 / t_res, "", "", "", "",
-					       "", "", "", "ref", "-");
+					       "", "", "", "", "ref", "-");
 			}
 		}
 		fflush(stdout);
