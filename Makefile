@@ -34,7 +34,7 @@ TEST_COMMON = $(BUILD)/tests/common.o
 # Keep the objects of tests and tools: they are not throwaway intermediates.
 .SECONDARY:
 
-.PHONY: all lib tools tests test run bench asan tsan deps deps-check clean help
+.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help
 
 # all: the library (static and shared) and the tools
 all: lib tools
@@ -138,6 +138,11 @@ run: deps-check
 bench: deps-check
 	@$(MAKE) --no-print-directory -s tools
 	$(BUILD)/kvt-bench all
+
+# xcheck: kvt-run's logits against llama.cpp's (npm's node-llama-cpp), by hand
+xcheck: deps-check
+	@$(MAKE) --no-print-directory -s tools
+	@BUILD=$(BUILD) tools/xcheck/run.sh
 
 # The kernels run OpenBLAS on one thread (the pool supplies the parallelism);
 # under the sanitizers its idle start-up threads spin long enough to trip

@@ -161,6 +161,21 @@ int main(void)
 	}
 	printf("save + restore in a new process continues the same: %s\n", ids_a);
 
+	/* --tokenize prints the ids -p's text becomes, in the form
+	 * --prompt-ids reads: the two prompts decode the same. */
+	CHECK_EQ(run("%s -m %s -p 'The pager keeps hot pages close.' --tokenize > %s/tok.txt",
+		     bin, model, dir), 0);
+	CHECK_EQ(run("wc -w < %s/tok.txt", dir), 0);
+	CHECK(atoi(out) > 2);
+	CHECK_EQ(run("%s -m %s -p 'The pager keeps hot pages close.' -n 6 --temp 0 --ignore-eos "
+		     "--json 2>&1", bin, model), 0);
+	json_ids(out, 0, ids_b, sizeof(ids_b));
+	CHECK_EQ(run("%s -m %s --prompt-ids %s/tok.txt -n 6 --temp 0 --ignore-eos --json 2>&1",
+		     bin, model, dir), 0);
+	json_ids(out, 0, ids_c, sizeof(ids_c));
+	CHECK(!strcmp(ids_b, ids_c));
+	CHECK(strstr(out, "\"prompt_tokens\":"));
+
 	/* Three sequences from one prompt, sampled. */
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 6 --batch 3 --seed 5 --fast 128K --host 64K "
 		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
@@ -189,6 +204,7 @@ int main(void)
 		dir, bin, model, dir);
 	REFUSED("outside the vocabulary", "echo '1 2 99999' > %s/bad.txt; %s -m %s --prompt-ids "
 		"%s/bad.txt 2>&1", dir, bin, model, dir);
+	REFUSED("-p TEXT or -f FILE", "%s -m %s --prompt-ids %s --tokenize 2>&1", bin, model, path);
 	REFUSED("tensor", "head -c 100000 %s > %s/cut.gguf; %s -m %s/cut.gguf -p hi 2>&1",
 		model, dir, bin, dir);
 	REFUSED("checksum", "cp %s/conv.kvts %s/bad.kvts && printf 'X' | dd of=%s/bad.kvts bs=1 "

@@ -36,7 +36,7 @@ struct opts {
 	const char *model, *prompt, *prompt_file, *prompt_ids, *dump_logits;
 	const char *save, *restore, *metrics, *control, *trace;
 	unsigned n_predict, n_ctx, batch, threads;
-	int json, dense, print_config, ignore_eos, no_bar, page_set;
+	int json, dense, print_config, tokenize, ignore_eos, no_bar, page_set;
 	int tier_set[KVT_NTIERS];
 	struct kvt_sampler_params sp;
 	struct kvt_engine_params ep;
@@ -102,7 +102,9 @@ static void usage(FILE *f)
 		"      --trace FILE      record what the pager does, from its open to the end, into\n"
 		"                        FILE (docs/trace-format.md; inspect with kvt-trace)\n"
 		"      --no-progress     no progress bars\n"
-		"      --print-config    print the effective configuration and exit\n");
+		"      --print-config    print the effective configuration and exit\n"
+		"      --tokenize        print the prompt's token ids (what --prompt-ids reads) and\n"
+		"                        exit\n");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -469,7 +471,7 @@ int main(int argc, char **argv)
 {
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
-	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_METRICS,
+	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_TOKENIZE, O_METRICS,
 	       O_CONTROL, O_SELECT, O_NOSCORES, O_TRACE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
@@ -487,6 +489,7 @@ int main(int argc, char **argv)
 		{ "save", required_argument, 0, O_SAVE }, { "restore", required_argument, 0, O_RESTORE },
 		{ "dump-logits", required_argument, 0, O_DUMP }, { "json", no_argument, 0, O_JSON },
 		{ "no-progress", no_argument, 0, O_NOBAR }, { "print-config", no_argument, 0, O_PRINTCFG },
+		{ "tokenize", no_argument, 0, O_TOKENIZE },
 		{ "metrics", required_argument, 0, O_METRICS }, { "control", required_argument, 0, O_CONTROL },
 		{ "trace", required_argument, 0, O_TRACE },
 		{ "select", required_argument, 0, O_SELECT }, { "no-scores", no_argument, 0, O_NOSCORES },
@@ -587,6 +590,7 @@ int main(int argc, char **argv)
 		case O_JSON: o.json = 1; break;
 		case O_NOBAR: o.no_bar = 1; break;
 		case O_PRINTCFG: o.print_config = 1; break;
+		case O_TOKENIZE: o.tokenize = 1; break;
 		case O_METRICS: o.metrics = optarg; break;
 		case O_CONTROL: o.control = optarg; break;
 		case O_TRACE: o.trace = optarg; break;
@@ -657,6 +661,15 @@ int main(int argc, char **argv)
 		/* a continuation of a restored conversation takes no BOS */
 		prompt = tokenize_text(m->tok, text, strlen(text), !o.restore, &n_prompt);
 		free(text);
+	}
+	if (o.tokenize) {
+		if (!o.prompt && !o.prompt_file)
+			die("--tokenize takes a text prompt: give -p TEXT or -f FILE");
+		for (unsigned k = 0; k < n_prompt; k++)
+			printf("%d%c", prompt[k], k + 1 == n_prompt ? '\n' : ' ');
+		free(prompt);
+		kvt_model_free(m);
+		return 0;
 	}
 	if (!o.restore && !n_prompt)
 		die("the prompt is empty");

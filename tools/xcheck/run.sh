@@ -1,0 +1,124 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# make xcheck: kvt-run's logits against llama.cpp's, on models kvt-mkmodel
+# writes. llama.cpp is the prebuilt CPU build in the npm package
+# node-llama-cpp (85 MB, installed into $BUILD/xcheck on first use: needs
+# node >= 20 and the npm registry). Each model, prompt (50 and 450 ids) and
+# KV type is decoded greedily for 8 tokens by both engines, ours through the
+# dense path and through the pager (and once with tiers too small for the
+# KV, so that pages come back from NVMe); every logits row is compared.
+# First, the tokenizer: `kvt-run --tokenize` against llama.cpp's on texts
+# from this tree and a few edge cases (the vocabulary kvt-mkmodel writes is
+# the SentencePiece-style "llama" kind, with byte fallback).
+#
+# Limits (worst of max|ours - llama| / max|llama| over a run's rows):
+#   f32 weights, f32 KV   1e-5, same argmax (float rounding only)
+#   f32 weights, f16 KV   1e-3, same argmax (llama.cpp also rounds Q and the
+#                         softmax weights to f16 in its attention products)
+#   f16 / bf16 / q8_0     3e-3 / 2e-2 / 5e-2: llama.cpp rounds a matmul's
+#                         activations to the weight's type; we keep them f32
+#   the same weights dequantized to f32 (tof32.py), f32 KV: 1e-5, same
+#                         argmax: how each engine reads the weights, alone
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")" && pwd)
+BUILD=$(cd "${BUILD:-build}" && pwd)
+W=$BUILD/xcheck
+RUN=$BUILD/kvt-run
+N=8
+
+mkdir -p "$W"
+if [ ! -d "$W/node_modules/node-llama-cpp" ]; then
+	echo "xcheck: installing node-llama-cpp 3.22.1 (llama.cpp's prebuilt CPU build) into $W"
+	(cd "$W" && { [ -f package.json ] || npm init -y >/dev/null; } &&
+	 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --no-audit --no-fund \
+		node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 >/dev/null) || {
+		echo "xcheck: npm install failed: this check needs node >= 20 and the npm registry" >&2
+		exit 2
+	}
+fi
+cp "$src/logits.mjs" "$src/tokenize.mjs" "$W/"
+cd "$W"
+rm -f l-*.bin o-*.bin
+
+python3 -c '
+import random
+for n, seed in ((50, 7), (450, 10)):
+    random.seed(seed)
+    open(f"p{n}.txt", "w").write(" ".join(str(random.randint(3, 500)) for _ in range(n)))'
+
+base="--layers 2 --dim 128 --heads 4 --kv-heads 2 --ff 384 --vocab 512 --ctx 512"
+mk() { "$BUILD/kvt-mkmodel" "$@" >/dev/null; }
+mk $base --type f32 -o f32.gguf
+mk $base --type f16 -o f16.gguf
+mk $base --type bf16 -o bf16.gguf
+mk $base --type q8_0 -o q8_0.gguf
+mk $base --type f32 --tied -o tied.gguf
+mk $base --type f32 --rope-freqs llama3 -o llama3.gguf
+mk --layers 3 --dim 256 --heads 4 --ff 704 --vocab 512 --ctx 512 --seed 5 --type f32 -o mha.gguf
+for t in f16 bf16 q8_0; do
+	python3 "$src/tof32.py" $t.gguf $t-asf32.gguf
+done
+
+fails=0
+root=$(cd "$src/../.." && pwd)
+head -c 20000 "$root/README.md" > t-readme.txt
+head -c 8000 "$root/pager/pager.c" > t-code.txt
+printf '  Leading spaces,\n\nnewlines\ttabs   and   runs.\r\nUnicode: caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac, \xf0\x9f\x9a\x80.\n' > t-edge.txt
+printf ' ' > t-space.txt
+for t in t-readme t-code t-edge t-space; do
+	ours=$("$RUN" -m f32.gguf -f $t.txt --tokenize)
+	theirs=$(node tokenize.mjs f32.gguf $t.txt)
+	if [ "$ours" = "$theirs" ]; then
+		echo "tokenizer: $t.txt: the same $(echo $ours | wc -w) ids"
+	else
+		echo "tokenizer: $t.txt: DIFFERENT"
+		echo "  kvt-run:   $(echo $ours | head -c 400)"
+		echo "  llama.cpp: $(echo $theirs | head -c 400)"
+		fails=$((fails + 1))
+	fi
+done
+printf "%-10s %-6s %-4s %-7s %-30s %s\n" model prompt kv path "against llama.cpp" limit
+# check MODEL REF_MODEL PROMPT KV LIMIT ARGMAX PATH...: llama.cpp on REF_MODEL,
+# kvt-run on MODEL through each path.
+check() {
+	local m=$1 ref=$2 p=$3 kv=$4 lim=$5 am=$6
+	shift 6
+	local l=l-$ref-$p-$kv.bin
+	[ -f "$l" ] || node logits.mjs $ref.gguf $p.txt $N $l --kv $kv >/dev/null
+	for path in "$@"; do
+		local o=o-$m-$p-$kv-$path.bin extra=()
+		case $path in
+		dense) extra=(--dense) ;;
+		nvme) extra=(--fast 64K --host 64K --nvme-path "$W") ;;
+		esac
+		"$RUN" -m $m.gguf --prompt-ids $p.txt -n $N --temp 0 --ignore-eos -t 1 --no-progress \
+			--kv-type $kv --dump-logits $o "${extra[@]}" >/dev/null 2>o.err ||
+			{ echo "kvt-run failed on $m $p $kv $path:"; cat o.err; fails=$((fails + 1)); continue; }
+		local r
+		r=$(python3 "$src/cmp.py" $o $l 512 --max-rel $lim $am) || fails=$((fails + 1))
+		printf "%-10s %-6s %-4s %-7s %-30s %s\n" "$m${ref/#$m/}" $p $kv $path "$r" $lim
+	done
+}
+for p in p50 p450; do
+	for kv in f32 f16; do
+		for m in f32 tied llama3 mha; do
+			lim=1e-5; [ $kv = f16 ] && lim=1e-3
+			check $m $m $p $kv $lim --argmax dense tiered
+		done
+		check f16 f16 $p $kv 3e-3 --argmax dense tiered
+		check bf16 bf16 $p $kv 2e-2 "" dense tiered
+		check q8_0 q8_0 $p $kv 5e-2 "" dense tiered
+	done
+done
+check f32 f32 p450 f32 1e-5 --argmax nvme
+check f32 f32 p450 f16 1e-3 --argmax nvme
+for t in f16 bf16 q8_0; do
+	check $t $t-asf32 p450 f32 1e-5 --argmax dense tiered
+done
+if [ $fails -ne 0 ]; then
+	echo "xcheck: $fails run(s) outside their limits"
+	exit 1
+fi
+echo "xcheck: every run within its limits"
