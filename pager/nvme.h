@@ -127,8 +127,10 @@ typedef unsigned (*kvt_nvme_more_fn)(void *arg, struct kvt_io *more, unsigned ro
  * overlap, in the file with one of the two a write or in memory with one
  * of the two a read, a request of the run that has not completed (among
  * themselves, the ordering rule of kvt_nvme_run holds). more is called from
- * the calling thread and must not call kvt_nvme_run. The index is sized
- * for cap requests. Otherwise as kvt_nvme_run. */
+ * the calling thread and must not call kvt_nvme_run. It is asked after
+ * each reap before done hears of the requests just completed, so that the
+ * ring has its next ops while done runs; and again after a kvt_nvme_kick.
+ * The index is sized for cap requests. Otherwise as kvt_nvme_run. */
 int  kvt_nvme_run_more(struct kvt_nvme *n, struct kvt_io *reqs, unsigned nreq, unsigned cap,
 		       void (*done)(void *arg, struct kvt_io *io), kvt_nvme_more_fn more,
 		       void *arg);
