@@ -212,7 +212,7 @@ int main(void)
 		dir, dir, dir, bin, model, dir);
 	/* The refused runs left nothing behind in the NVMe directory. */
 	CHECK_EQ(run("ls %s | grep -v -e '^m.gguf$' -e '.f32$' -e '^ids.txt$' -e '.kvts$' "
-		     "-e '^bad.txt$' -e '^cut.gguf$' | wc -l", dir), 0);
+		     "-e '^bad.txt$' -e '^cut.gguf$' -e '^tok.txt$' | wc -l", dir), 0);
 	CHECK_EQ(atoi(out), 0);
 	CHECK_EQ(stat(model, &st), 0);
 	run("rm -rf %s", dir);
