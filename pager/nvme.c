@@ -124,7 +124,7 @@ struct kvt_nvme {
 	struct done *dq;		/* (info.depth) ops reaped, requests not told */
 	unsigned ndq;
 	int	 kick_fd;		/* eventfd kvt_nvme_kick writes, or -1 */
-	uint8_t	 kick_armed;		/* a multishot poll on it is in the ring */
+	uint8_t	 kick_armed;		/* a poll on it is in the ring */
 	uint8_t	 kick_off;		/* the poll failed: runs do without */
 	unsigned win_end;		/* end of the window being started */
 
@@ -980,14 +980,15 @@ static int handle(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 }
 
 /* The kick's poll fired: empty the eventfd (the caller asks more() again
- * after any reap). A poll that ends is armed again by the next wait; one
- * the kernel refuses is not tried again. */
+ * after any reap); the next wait arms the poll again. One the kernel
+ * refuses is not tried again. */
 static void kicked(struct kvt_nvme *n, const struct io_uring_cqe *cqe)
 {
 	uint64_t v;
 
-	if (!(cqe->flags & IORING_CQE_F_MORE))
-		n->kick_armed = 0;
+	n->kick_armed = 0;
+	if (cqe->res > 0)
+		n->info.kicks++;
 	if (cqe->res < 0 && cqe->res != -ECANCELED) {
 		n->kick_off = 1;
 		note(n, "kick poll: %s", strerror(-cqe->res));
@@ -1041,31 +1042,42 @@ static int fail_run(struct kvt_nvme *n, unsigned pos, unsigned nreq, int err)
 			n->reqs[n->ents[op->first + j].idx].res = err;
 	}
 	/* Ops already in the kernel may still write into their buffers, which
-	 * the caller frees once we return: reap what can be reaped first. */
+	 * the caller frees once we return: reap what can be reaped first,
+	 * giving up once no op has ended for a second (kicks do not count:
+	 * another thread kicking must not keep us here). */
+	uint64_t until = now_ns() + 1000000000ull;
+
 	while (n->inflight) {
 		struct io_uring_cqe *cqe;
-		struct __kernel_timespec ts = { .tv_sec = 1 };
-		if (io_uring_wait_cqe_timeout(&n->ring, &cqe, &ts) < 0)
+		uint64_t now = now_ns();
+		struct __kernel_timespec ts = { .tv_sec = (long long)((until - now) / 1000000000ull),
+						.tv_nsec = (long long)((until - now) % 1000000000ull) };
+
+		if (now >= until || io_uring_wait_cqe_timeout(&n->ring, &cqe, &ts) < 0)
 			break;
-		if (io_uring_cqe_get_data(cqe) == KICK_DATA(n))
+		if (io_uring_cqe_get_data(cqe) == KICK_DATA(n)) {
 			kicked(n, cqe);
-		else
+		} else {
 			depth_change(n, -1, now_ns());
+			until = now_ns() + 1000000000ull;
+		}
 		io_uring_cqe_seen(&n->ring, cqe);
 	}
 	n->broken = err;
 	return err;
 }
 
-/* Keep a multishot poll on the kick eventfd in the ring while a run with
- * a more() waits, so that kvt_nvme_kick wakes it. */
+/* Keep a poll on the kick eventfd in the ring while a run with a more()
+ * waits, so that kvt_nvme_kick wakes it. One-shot, armed again at the
+ * next wait after it fires: at most one of its completions is ever in the
+ * ring, however often other threads kick. */
 static void arm_kick(struct kvt_nvme *n)
 {
 	struct io_uring_sqe *sqe;
 
 	if (n->kick_armed || n->kick_off || n->kick_fd < 0 || !(sqe = get_sqe(n)))
 		return;
-	io_uring_prep_poll_multishot(sqe, n->kick_fd, POLLIN);
+	io_uring_prep_poll_add(sqe, n->kick_fd, POLLIN);
 	io_uring_sqe_set_data(sqe, KICK_DATA(n));
 	n->kick_armed = 1;
 }
@@ -1099,7 +1111,9 @@ static int reap(struct kvt_nvme *n)
 		}
 		r = handle(n, op, res, now);
 	}
-	io_uring_cq_advance(&n->ring, got);
+	/* Past the ones handled only: after a failure, fail_run reaps the
+	 * rest (their ops are still counted in flight). */
+	io_uring_cq_advance(&n->ring, i);
 	return r;
 }
 

@@ -67,6 +67,7 @@ struct kvt_nvme_info {
 	uint64_t depth_ns;		/* the sum over that time of the ops in flight
 					 * (ns x ops): depth_ns / busy_ns is the mean
 					 * queue depth while busy */
+	uint64_t kicks;			/* kvt_nvme_kick wake-ups a run has seen */
 	unsigned depth;			/* ring depth given at open */
 	unsigned depth_limit;		/* ops in flight at most (kvt_nvme_set_depth) */
 	uint64_t max_io;		/* effective coalescing limit in bytes */
@@ -98,8 +99,10 @@ int  kvt_nvme_register_buffers(struct kvt_nvme *n, void *base, size_t bytes);
 /* Run n requests with at most depth in flight, coalescing neighbours
  * (adjacent offsets of the same op; one fixed-buffer op when the buffers
  * are adjacent too, a vectored op otherwise). done (may be NULL) is called
- * once per request as it completes, in completion order, from the calling
- * thread; it must not call kvt_nvme_run. Short transfers are retried for
+ * once per request as it completes, in completion order (a request that
+ * needs no I/O, below, is told at once, perhaps ahead of ones that
+ * completed before it), from the calling thread; it must not call
+ * kvt_nvme_run. Short transfers are retried for
  * the rest. Reads and writes may be mixed; requests are not reordered
  * across an overlapping pair: in the file, one of them a write, or in
  * memory, one of them a read (such a pair splits the batch, which costs a
