@@ -15,6 +15,9 @@
  * bigram whose two lengths no longer add up to what they were when it was
  * queued is stale and skipped.
  *
+ * gpt2 text is split before the merges by GPT-2's pattern or Llama 3's
+ * (tokenizer.ggml.pre), with bytewise character classes (cclass()).
+ *
  * Not handled: control (type 3) and user-defined (type 4) tokens that
  * appear literally in the text are not matched as specials; "<s>" in the
  * text is the characters '<', 's', '>'. Plain text in, ids out.
@@ -46,6 +49,7 @@
 #define KEY_UNK		"tokenizer.ggml.unknown_token_id"
 #define KEY_ADD_BOS	"tokenizer.ggml.add_bos_token"
 #define KEY_SPACE	"tokenizer.ggml.add_space_prefix"
+#define KEY_PRE		"tokenizer.ggml.pre"
 
 #define SPACE_MARK	"\xe2\x96\x81"	/* U+2581, SentencePiece's visible space */
 #define N_GPT2_CP	324		/* bytes_to_unicode maps bytes into [0, 324) */
@@ -57,6 +61,8 @@
 typedef unsigned long long ull;
 
 enum { MODEL_LLAMA, MODEL_GPT2 };
+/* How gpt2 text is split before the merges (tokenizer.ggml.pre). */
+enum { PRE_GPT2, PRE_LLAMA3 };
 
 /* llama_token_type */
 enum {
@@ -72,6 +78,7 @@ struct merge {
 
 struct kvt_tokenizer {
 	int model;			/* MODEL_* */
+	int pre;			/* PRE_*, gpt2 only */
 	uint32_t n_vocab;
 	char *text;			/* token texts back to back */
 	size_t *text_off;		/* (n_vocab + 1) token i is text[off[i], off[i + 1]) */
@@ -376,6 +383,36 @@ static int get_bool(struct ld *l, const char *key, bool *v)
 	return 0;
 }
 
+/* gpt2's pre-tokenizer, by the names llama.cpp's converter writes:
+ * absent, "default", "gpt2" or "gpt-2": GPT-2's pattern (llama.cpp's
+ * "default" splits digits and punctuation apart further); "llama-bpe",
+ * "llama3" or "llama-v3": Llama 3's. Others are refused: their splits
+ * differ, and a model fed other ids than it was trained on still runs,
+ * badly, with nothing to say so. */
+static int load_pre(struct ld *l)
+{
+	static const struct { const char *name; int pre; } known[] = {
+		{ "default", PRE_GPT2 }, { "gpt2", PRE_GPT2 }, { "gpt-2", PRE_GPT2 },
+		{ "llama-bpe", PRE_LLAMA3 }, { "llama3", PRE_LLAMA3 }, { "llama-v3", PRE_LLAMA3 },
+	};
+	const struct kvt_gguf_kv *k = kvt_gguf_find_kv(l->g, KEY_PRE);
+	char d[64];
+
+	l->t->pre = PRE_GPT2;
+	if (!k)
+		return 0;
+	if (k->type != KVT_GGUF_STRING)
+		return fail(l, KEY_PRE, "is %s, expected a string", kv_desc(k, d, sizeof(d)));
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (k->strs[0].len == strlen(known[i].name) &&
+		    !memcmp(k->strs[0].ptr, known[i].name, k->strs[0].len)) {
+			l->t->pre = known[i].pre;
+			return 0;
+		}
+	return fail(l, KEY_PRE, "pre-tokenizer %s is not supported (gpt2 and llama-bpe are)",
+		    quote(d, sizeof(d), k->strs[0].ptr, k->strs[0].len));
+}
+
 static int load_model(struct ld *l)
 {
 	const struct kvt_gguf_kv *k = kvt_gguf_find_kv(l->g, KEY_MODEL);
@@ -392,7 +429,7 @@ static int load_model(struct ld *l)
 	else
 		return fail(l, KEY_MODEL, "unknown model %s (llama and gpt2 are read)",
 			    quote(d, sizeof(d), k->strs[0].ptr, k->strs[0].len));
-	return 0;
+	return l->t->model == MODEL_GPT2 ? load_pre(l) : 0;
 }
 
 /* Tokens, scores and types into the pools; the text hash table. */
@@ -956,6 +993,28 @@ static int cclass(unsigned char c)
 	return C_OTHER;
 }
 
+static bool is_nl(unsigned char c)
+{
+	return c == '\r' || c == '\n';
+}
+
+/* A contraction at s[i]: 's 't 'm 'd 're 've 'll, of either case (Llama 3)
+ * or lower case only (GPT-2). Returns its length, or 0. */
+static size_t contraction(const unsigned char *s, size_t n, size_t i, bool any_case)
+{
+	unsigned char a, b;
+
+	if (s[i] != '\'' || i + 1 >= n)
+		return 0;
+	a = any_case ? (unsigned char)(s[i + 1] | 0x20) : s[i + 1];
+	b = i + 2 < n ? (any_case ? (unsigned char)(s[i + 2] | 0x20) : s[i + 2]) : 0;
+	if (a == 's' || a == 't' || a == 'm' || a == 'd')
+		return 2;
+	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+		return 3;
+	return 0;
+}
+
 /*
  * End of the piece starting at i, as GPT-2's pattern
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -966,17 +1025,11 @@ static int cclass(unsigned char c)
  */
 static size_t pretoken_end(const unsigned char *s, size_t n, size_t i)
 {
-	size_t j = i;
+	size_t j = i, k = contraction(s, n, i, false);
 	int c;
 
-	if (s[i] == '\'' && i + 1 < n) {
-		unsigned char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
-
-		if (a == 's' || a == 't' || a == 'm' || a == 'd')
-			return i + 2;
-		if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-			return i + 3;
-	}
+	if (k)
+		return i + k;
 	if (s[j] == ' ' && j + 1 < n && cclass(s[j + 1]) != C_SPACE)
 		j++;
 	c = cclass(s[j]);
@@ -992,6 +1045,53 @@ static size_t pretoken_end(const unsigned char *s, size_t n, size_t i)
 	return j;
 }
 
+/*
+ * End of the piece starting at i, as Llama 3's pattern
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * splits it (the first alternative that matches wins), with cclass()'s
+ * classes: a contraction of either case; one byte that is no letter,
+ * digit or line break, then letters (or letters alone); one to three
+ * digits; an optional ' ', others, then line breaks; white space up to
+ * its last line break; white space, less its last byte when a non-space
+ * follows (unless that leaves nothing).
+ */
+static size_t pretoken_end_llama3(const unsigned char *s, size_t n, size_t i)
+{
+	size_t j = i, k, c = contraction(s, n, i, true);
+	int a = cclass(s[i]);
+
+	if (c)
+		return i + c;
+	if (a == C_LETTER || (!is_nl(s[i]) && a != C_DIGIT && i + 1 < n &&
+			      cclass(s[i + 1]) == C_LETTER)) {
+		for (j = i + 1; j < n && cclass(s[j]) == C_LETTER; j++)
+			;
+		return j;
+	}
+	if (a == C_DIGIT) {
+		for (j = i + 1; j < n && j < i + 3 && cclass(s[j]) == C_DIGIT; j++)
+			;
+		return j;
+	}
+	if (s[j] == ' ' && j + 1 < n && cclass(s[j + 1]) == C_OTHER)
+		j++;
+	if (cclass(s[j]) == C_OTHER) {
+		while (j < n && cclass(s[j]) == C_OTHER)
+			j++;
+		while (j < n && is_nl(s[j]))
+			j++;
+		return j;
+	}
+	/* White space from i; the run's last line break, if it has one. */
+	for (j = i, k = 0; j < n && cclass(s[j]) == C_SPACE; j++)
+		if (is_nl(s[j]))
+			k = j + 1;
+	if (k)
+		return k;
+	return j < n && j - i >= 2 ? j - 1 : j;
+}
+
 static int tok_gpt2(struct work *w, const char *text, size_t len)
 {
 	const struct kvt_tokenizer *t = w->t;
@@ -1005,7 +1105,7 @@ static int tok_gpt2(struct work *w, const char *text, size_t len)
 	for (i = 0; i < len; i = j) {
 		int32_t nsym;
 
-		j = pretoken_end(u, len, i);
+		j = t->pre == PRE_LLAMA3 ? pretoken_end_llama3(u, len, i) : pretoken_end(u, len, i);
 		nsym = (int32_t)(j - i);
 		for (k = 0; k < j - i; k++)
 			w->sym[k] = (struct sym){ .prev = (int32_t)k - 1, .next = (int32_t)k + 1,

@@ -12,7 +12,11 @@
  * - gpt2: bytes_to_unicode tokens and merges whose ranks decide the order,
  *   GPT-2's pre-split (a space joins the next word, digits apart from
  *   letters, contractions, runs of white space giving up their last
- *   space), <unk> and -EILSEQ for a byte with no token, decoded pieces.
+ *   space), <unk> and -EILSEQ for a byte with no token, decoded pieces;
+ *   Llama 3's pre-split (tokenizer.ggml.pre "llama-bpe": digits three at
+ *   a time, white space up to its last line break, others taking the line
+ *   breaks after them, a punctuation byte leading a word, contractions of
+ *   either case), and an unknown pre-tokenizer refused.
  * - Round trips: decode(encode(x)) == x for random printable, random
  *   UTF-8 and random byte strings, for both models.
  * - A 100 KB text tokenizes in well under a second.
@@ -204,6 +208,7 @@ static void put_cp(char *d, unsigned cp)
 
 struct g_opts {
 	int swap_abc, no_z, unk;
+	const char *pre;	/* tokenizer.ggml.pre, or NULL: none */
 };
 
 static char g_bytes[256][4];
@@ -252,6 +257,8 @@ static struct kvt_gguf_writer *g_writer(const struct g_opts *o)
 	kvt_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 271);
 	if (o->unk)
 		kvt_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 'z');
+	if (o->pre)
+		kvt_gguf_add_str(w, "tokenizer.ggml.pre", o->pre);
 	return w;
 }
 
@@ -560,6 +567,62 @@ static void c_gpt2(int arg)
 	(void)arg;
 }
 
+/* The same vocabulary under Llama 3's pre-tokenizer ("llama-bpe"), where
+ * it splits otherwise than GPT-2's; and the names it is known by, and one
+ * it is not. */
+static void c_gpt2_llama3(int arg)
+{
+	struct g_opts o = { .pre = "llama-bpe" };
+	struct kvt_tokenizer *t = g_load(&o);
+	struct kvt_gguf_writer *w;
+	char err[512];
+
+	/* As GPT-2: a space joins the next word; contractions. */
+	EXPECT(t, " the", 0, 258);
+	EXPECT(t, "hello world", 0, 257, 'l', 'l', 'o', 267);
+	EXPECT(t, "cat's", 0, 'c', 'a', 't', 261);
+	/* Digits three at a time: "121", "2" (GPT-2: "1212", 12 12). */
+	EXPECT(t, "1212", 0, 262, '1', '2');
+	/* A space before digits stands alone: " ", "12". */
+	EXPECT(t, "a 12", 0, 'a', ' ', 262);
+	/* White space up to its last line break is one piece: "\n\n" (GPT-2:
+	 * "\n", "\n" before a word); "  \n" (ĠĠ, \n), then " " and " y" (no
+	 * merge for Ġy). */
+	EXPECT(t, "x\n\ny", 0, 'x', 270, 'y');
+	EXPECT(t, "x  \n  y", 0, 'x', 268, '\n', ' ', ' ', 'y');
+	/* Others take the line breaks after them: ".\n\n" (merged to . ĊĊ). */
+	EXPECT(t, "x.\n\ny", 0, 'x', '.', 270, 'y');
+	/* One byte that is no letter, digit or line break leads a word:
+	 * "\tthe" is one piece (no merge spans it here: \t t he). */
+	EXPECT(t, "\tthe", 0, '\t', 't', 257);
+	/* Contractions of either case: "CAT", "'S". */
+	EXPECT(t, "CAT'S", 0, 'C', 'A', 'T', '\'', 'S');
+	kvt_tokenizer_free(t);
+
+	/* The same text under GPT-2's pattern, named or not, for contrast. */
+	o.pre = "gpt2";
+	t = g_load(&o);
+	EXPECT(t, "1212", 0, 262, 262);
+	EXPECT(t, "x\n\ny", 0, 'x', '\n', '\n', 'y');
+	kvt_tokenizer_free(t);
+	o.pre = "llama3";
+	t = g_load(&o);
+	EXPECT(t, "1212", 0, 262, '1', '2');
+	kvt_tokenizer_free(t);
+
+	/* Another pre-tokenizer is refused, naming the key and the value. */
+	o.pre = "qwen2";
+	CHECK_EQ(load_w(g_writer(&o), NULL, &t, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "tokenizer.ggml.pre") && strstr(err, "qwen2"));
+	CHECK(!t);
+	o.pre = NULL;
+	w = g_writer(&o);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.pre", 1);
+	CHECK_EQ(load_w(w, NULL, &t, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "tokenizer.ggml.pre"));
+	(void)arg;
+}
+
 /* Random strings: printable ASCII, UTF-8 of any code point (but U+2581,
  * which llama turns into a space), any bytes (llama and gpt2). */
 static size_t rand_text(char *s, size_t cap, int kind)
@@ -606,8 +669,8 @@ static size_t rand_text(char *s, size_t cap, int kind)
 
 static void c_round_trip(int arg)
 {
-	struct g_opts go = { 0 };
-	struct kvt_tokenizer *t[2] = { ll_load(&LL_DEF), g_load(&go) };
+	struct g_opts go = { 0 }, g3 = { .pre = "llama-bpe" };
+	struct kvt_tokenizer *t[3] = { ll_load(&LL_DEF), g_load(&go), g_load(&g3) };
 	static const char *const fixed[] = {
 		"hello world", " leading", "trailing ", "  two  spaces  ", "\t\n\r\v\f",
 		"caf\xc3\xa9 \xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87", "it's 2024, isn't it?",
@@ -616,7 +679,7 @@ static void c_round_trip(int arg)
 	char s[512];
 	unsigned i, m, kind, iters = t_scale(2000);
 
-	for (m = 0; m < 2; m++) {
+	for (m = 0; m < 3; m++) {
 		for (i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 			round_trip(t[m], fixed[i], strlen(fixed[i]));
 		round_trip(t[m], "a\0b", 3);
@@ -624,9 +687,10 @@ static void c_round_trip(int arg)
 			for (i = 0; i < iters; i++)
 				round_trip(t[m], s, rand_text(s, sizeof(s), kind));
 	}
-	printf("  %u random strings of 3 kinds round-trip through llama and gpt2\n", iters);
-	kvt_tokenizer_free(t[0]);
-	kvt_tokenizer_free(t[1]);
+	printf("  %u random strings of 3 kinds round-trip through llama, gpt2 and gpt2 with "
+	       "llama-bpe\n", iters);
+	for (m = 0; m < 3; m++)
+		kvt_tokenizer_free(t[m]);
 	(void)arg;
 }
 
@@ -1044,6 +1108,7 @@ int main(int argc, char **argv)
 		{ "llama", c_llama },
 		{ "llama_flags", c_llama_flags },
 		{ "gpt2", c_gpt2 },
+		{ "gpt2_llama3", c_gpt2_llama3 },
 		{ "round_trip", c_round_trip },
 		{ "speed", c_speed },
 		{ "hostile", c_hostile },
