@@ -428,6 +428,259 @@ static void add_vocab(struct kvt_gguf_writer *w, struct bufs *b, unsigned vocab)
 }
 
 /*
+ * The gpt2 vocabulary (see runtime/synth.h): byte-level BPE as GPT-2 and
+ * Llama 3 have it.
+ */
+#define N_GPT2_BYTES	256
+#define N_GPT2_SELF	188	/* bytes that stand for themselves */
+
+/* GPT-2's bytes_to_unicode: '!'..'~', 0xa1..0xac and 0xae..0xff are their
+ * own code points, the other 68 bytes take 0x100, 0x101, ... in order. */
+static int gpt2_self(unsigned b)
+{
+	return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+}
+
+/*
+ * The byte tokens in the order of GPT-2's vocabulary, which is that of
+ * their code points: the 188 bytes that are themselves, then the other 68
+ * (U+0100..U+0143). Each token's UTF-8 text into names[24 * id], its id
+ * into id_of[byte].
+ */
+static void gpt2_bytes(const char **tok, char *names, int32_t id_of[N_GPT2_BYTES])
+{
+	unsigned b, self = 0, other = 0;
+
+	for (b = 0; b < N_GPT2_BYTES; b++) {
+		unsigned id = gpt2_self(b) ? self++ : N_GPT2_SELF + other++;
+		unsigned cp = id < N_GPT2_SELF ? b : 0x100 + id - N_GPT2_SELF;
+		char *s = names + (size_t)id * 24;
+
+		if (cp < 0x80) {
+			s[0] = (char)cp;
+			s[1] = '\0';
+		} else {
+			s[0] = (char)(0xc0 | cp >> 6);
+			s[1] = (char)(0x80 | (cp & 0x3f));
+			s[2] = '\0';
+		}
+		tok[id] = s;
+		id_of[b] = (int32_t)id;
+	}
+}
+
+/* Character classes of GPT-2's pre-tokenizer, for ASCII. */
+enum { GC_LETTER, GC_DIGIT, GC_SPACE, GC_OTHER };
+
+static int gpt2_class(unsigned char c)
+{
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
+		return GC_LETTER;
+	if (c >= '0' && c <= '9')
+		return GC_DIGIT;
+	if (c == ' ' || (c >= '\t' && c <= '\r'))
+		return GC_SPACE;
+	return GC_OTHER;
+}
+
+/* The length of the word of text at i by GPT-2's pre-tokenizer pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * (for ASCII; len > i). */
+static size_t gpt2_word(const char *text, size_t i, size_t len)
+{
+	size_t k = i, j;
+	int c;
+
+	if (text[i] == '\'' && i + 1 < len) {
+		if (strchr("stmd", text[i + 1]))
+			return 2;
+		if (i + 2 < len && (!strncmp(text + i + 1, "re", 2) || !strncmp(text + i + 1, "ve", 2) ||
+				    !strncmp(text + i + 1, "ll", 2)))
+			return 3;
+	}
+	if (text[i] == ' ' && i + 1 < len && gpt2_class((unsigned char)text[i + 1]) != GC_SPACE)
+		k = i + 1;
+	c = gpt2_class((unsigned char)text[k]);
+	if (c != GC_SPACE) {
+		for (j = k + 1; j < len && gpt2_class((unsigned char)text[j]) == c; j++)
+			;
+		return j - i;
+	}
+	for (j = i + 1; j < len && gpt2_class((unsigned char)text[j]) == GC_SPACE; j++)
+		;
+	if (j < len && j - i >= 2)
+		return j - 1 - i;	/* the last space goes with the next word */
+	return j - i;
+}
+
+/* The byte-token ids of text's words into seq from n on, -1 after each
+ * word; returns the new end. At most two ids a byte. */
+static size_t gpt2_text_ids(const char *text, const int32_t id_of[N_GPT2_BYTES],
+			    int32_t *seq, size_t n)
+{
+	size_t len = strlen(text), i = 0, w, k;
+
+	while (i < len) {
+		w = gpt2_word(text, i, len);
+		for (k = 0; k < w; k++)
+			seq[n++] = id_of[(unsigned char)text[i + k]];
+		seq[n++] = -1;
+		i += w;
+	}
+	return n;
+}
+
+struct pair_slot {
+	uint64_t key;		/* left << 32 | right */
+	uint32_t count, first;	/* occurrences; position of the first */
+	uint32_t gen;		/* the round that filled it; another: empty */
+};
+
+/*
+ * Learn byte-level BPE pieces from the corpus and the words (each counted
+ * twice, as learn_pieces() does) split into GPT-2's words: join the
+ * adjacent pair within a word seen most often (ties: the pair seen first
+ * in the text) into a piece, again and again, until tok[] holds limit
+ * entries or no pair is seen twice. New pieces go to tok[first..] in the
+ * order learnt and the id after the last is returned; each join's "left
+ * right" goes to merges[], *n_merges of them. A join whose text is already
+ * a piece (learnt through another split) adds a merge but no piece.
+ */
+static unsigned gpt2_learn(struct bufs *b, const char **tok, const int32_t id_of[N_GPT2_BYTES],
+			   unsigned first, unsigned limit, const char ***merges, size_t *n_merges)
+{
+	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i, j, nm = 0;
+	size_t mask = 1;
+	int32_t *seq = keep(b, max * sizeof(*seq));
+	const char **mg = keep(b, max * sizeof(*mg));
+	struct pair_slot *tab;
+	unsigned nt = first, k, gen = 0;
+
+	while (mask < 2 * max)
+		mask <<= 1;
+	tab = keep(b, mask * sizeof(*tab));
+	mask--;
+	*merges = mg;
+	*n_merges = 0;
+	if (b->err)
+		return first;
+
+	n = gpt2_text_ids(corpus, id_of, seq, n);
+	n = gpt2_text_ids(words, id_of, seq, n);
+	n = gpt2_text_ids(words, id_of, seq, n);
+	while (nt < limit) {
+		struct pair_slot *best = NULL;
+		int32_t l, r, id = -1;
+		char s[2 * PIECE_MAX + 1];
+		size_t ll, rl;
+		char *m;
+
+		gen++;
+		for (i = 0; i + 1 < n; i++) {
+			uint64_t key, h;
+			struct pair_slot *e;
+
+			if (seq[i] < 0 || seq[i + 1] < 0 ||
+			    strlen(tok[seq[i]]) + strlen(tok[seq[i + 1]]) > PIECE_MAX)
+				continue;
+			key = (uint64_t)seq[i] << 32 | (uint32_t)seq[i + 1];
+			h = (key * 0x9e3779b97f4a7c15ull) >> 20;
+			for (e = &tab[h & mask]; e->gen == gen && e->key != key; e = &tab[++h & mask])
+				;
+			if (e->gen != gen)
+				*e = (struct pair_slot){ .key = key, .first = (uint32_t)i, .gen = gen };
+			e->count++;
+			if (!best || e->count > best->count ||
+			    (e->count == best->count && e->first < best->first))
+				best = e;
+		}
+		if (!best || best->count < 2)
+			break;
+		l = (int32_t)(best->key >> 32);
+		r = (int32_t)(uint32_t)best->key;
+		ll = strlen(tok[l]);
+		rl = strlen(tok[r]);
+		memcpy(s, tok[l], ll);
+		memcpy(s + ll, tok[r], rl + 1);
+		for (k = first; k < nt && id < 0; k++)
+			if (!strcmp(tok[k], s))
+				id = (int32_t)k;
+		if (!(m = keep(b, ll + rl + 2)))
+			break;
+		memcpy(m, tok[l], ll);
+		m[ll] = ' ';
+		memcpy(m + ll + 1, tok[r], rl + 1);
+		mg[nm++] = m;
+		if (id < 0) {
+			char *p = keep(b, ll + rl + 1);
+
+			if (!p)
+				break;
+			memcpy(p, s, ll + rl + 1);
+			tok[nt] = p;
+			id = (int32_t)nt++;
+		}
+		for (i = j = 0; i < n; i++) {
+			if (i + 1 < n && seq[i] == l && seq[i + 1] == r) {
+				seq[j++] = id;
+				i++;
+			} else {
+				seq[j++] = seq[i];
+			}
+		}
+		n = j;
+	}
+	*n_merges = nm;
+	return nt;
+}
+
+/*
+ * The gpt2 vocabulary: byte tokens (0..255), learnt pieces, fillers
+ * "<|reserved_special_token_N|>", then <|begin_of_text|> and
+ * <|end_of_text|> (vocab - 2, vocab - 1). Types as llama.cpp's converter
+ * writes Llama 3's: 1 (normal) for bytes and pieces, 3 (control) for the
+ * rest. vocab >= KVT_SYNTH_MIN_VOCAB_GPT2.
+ */
+static void add_vocab_gpt2(struct kvt_gguf_writer *w, struct bufs *b, unsigned vocab,
+			   const char *pre)
+{
+	const char **tok = keep(b, vocab * sizeof(*tok));
+	int32_t *ttype = keep(b, vocab * sizeof(*ttype));
+	char *names = keep(b, (size_t)N_GPT2_BYTES * 24);
+	const char **merges = NULL;
+	int32_t id_of[N_GPT2_BYTES];
+	size_t n_merges = 0;
+	unsigned i, nt;
+
+	if (b->err)
+		return;
+	gpt2_bytes(tok, names, id_of);
+	nt = gpt2_learn(b, tok, id_of, N_GPT2_BYTES, vocab - 2, &merges, &n_merges);
+	for (i = nt; i < vocab - 2; i++) {
+		char *s = keep(b, 48);
+
+		if (!s)
+			return;
+		snprintf(s, 48, "<|reserved_special_token_%u|>", i - nt);
+		tok[i] = s;
+	}
+	tok[vocab - 2] = "<|begin_of_text|>";
+	tok[vocab - 1] = "<|end_of_text|>";
+	for (i = 0; i < vocab; i++)
+		ttype[i] = i < nt ? 1 : 3;	/* llama_token_type: normal, control */
+	if (b->err)
+		return;
+	kvt_gguf_add_str(w, "tokenizer.ggml.model", "gpt2");
+	if (pre && *pre)
+		kvt_gguf_add_str(w, "tokenizer.ggml.pre", pre);
+	kvt_gguf_add_str_arr(w, "tokenizer.ggml.tokens", tok, vocab);
+	kvt_gguf_add_i32_arr(w, "tokenizer.ggml.token_type", ttype, vocab);
+	kvt_gguf_add_str_arr(w, "tokenizer.ggml.merges", merges, n_merges);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", vocab - 2);
+	kvt_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", vocab - 1);
+}
+
+/*
  * Llama 3.1's "llama3" RoPE scaling as per-pair divisors, the way
  * llama.cpp's convert_hf_to_gguf.py writes rope_freqs.weight: factor 8,
  * low_freq_factor 1, high_freq_factor 4, original context 8192. Pairs of
@@ -457,7 +710,8 @@ void kvt_synth_default(struct kvt_synth *s)
 {
 	*s = (struct kvt_synth){
 		.layers = 2, .dim = 64, .heads = 4, .ctx = 2048, .vocab = 512,
-		.seed = 1, .type = KVT_GGML_F32,
+		.seed = 1, .type = KVT_GGML_F32, .tokenizer = KVT_SYNTH_TOK_LLAMA,
+		.pre = "llama-bpe",
 	};
 }
 
@@ -485,8 +739,14 @@ int kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen)
 			     s->dim, s->heads);
 	if (kvh > s->heads || s->heads % kvh)
 		return sfail(err, errlen, "heads %u must be a multiple of kv-heads %u", s->heads, kvh);
-	if (s->vocab < KVT_SYNTH_MIN_VOCAB)
+	if (s->tokenizer != KVT_SYNTH_TOK_LLAMA && s->tokenizer != KVT_SYNTH_TOK_GPT2)
+		return sfail(err, errlen, "tokenizer must be llama or gpt2");
+	if (s->tokenizer == KVT_SYNTH_TOK_LLAMA && s->vocab < KVT_SYNTH_MIN_VOCAB)
 		return sfail(err, errlen, "vocab must be at least %d", KVT_SYNTH_MIN_VOCAB);
+	if (s->tokenizer == KVT_SYNTH_TOK_GPT2 && s->vocab < KVT_SYNTH_MIN_VOCAB_GPT2)
+		return sfail(err, errlen, "vocab %u is too small for the gpt2 tokenizer: it needs at "
+			     "least %d (256 byte tokens, <|begin_of_text|> and <|end_of_text|>)",
+			     s->vocab, KVT_SYNTH_MIN_VOCAB_GPT2);
 	if (s->type != KVT_GGML_F32 && s->type != KVT_GGML_F16 && s->type != KVT_GGML_BF16 &&
 	    s->type != KVT_GGML_Q8_0)
 		return sfail(err, errlen, "weight type must be f32, f16, bf16 or q8_0");
@@ -530,7 +790,10 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	kvt_gguf_add_f32(w, "llama.rope.freq_base", SYNTH_ROPE_THETA);
 	kvt_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
 	kvt_gguf_add_u32(w, "llama.vocab_size", s->vocab);
-	add_vocab(w, &b, s->vocab);
+	if (s->tokenizer == KVT_SYNTH_TOK_GPT2)
+		add_vocab_gpt2(w, &b, s->vocab, s->pre);
+	else
+		add_vocab(w, &b, s->vocab);
 
 	add_weight(w, &b, &r, s, "token_embd.weight", s->dim, s->vocab, 0);
 	for (l = 0; l < s->layers; l++) {

@@ -11,6 +11,16 @@
  * text round-trips and prose takes well under one token per byte;
  * fillers once those run out. Below 260 tokens there is no U+2581 and
  * spaces come back from decoding as U+2581.
+ *
+ * The vocabulary ("gpt2"), byte-level BPE as Llama 3 has it: the 256
+ * byte tokens in GPT-2's bytes_to_unicode form, ordered as GPT-2's own
+ * vocabulary (by code point: '!'..'~', U+00A1..U+00AC, U+00AE..U+00FF,
+ * then U+0100..U+0143 for the other 68 bytes, a space being U+0120), then
+ * pieces learnt from the same text by byte-pair merges over GPT-2's
+ * pre-split words (tokenizer.ggml.merges lists them in learning order),
+ * "<|reserved_special_token_N|>" fillers (control) if those run out, and
+ * last "<|begin_of_text|>" and "<|end_of_text|>" (control), the BOS and
+ * EOS tokens. No scores.
  */
 #ifndef KVT_RUNTIME_SYNTH_H
 #define KVT_RUNTIME_SYNTH_H
@@ -19,6 +29,13 @@
 #include <stdint.h>
 
 #define KVT_SYNTH_MIN_VOCAB	259	/* <unk>, <s>, </s> and the 256 byte tokens */
+#define KVT_SYNTH_MIN_VOCAB_GPT2 258	/* the 256 byte tokens, BOS and EOS */
+
+/* What kvt_synth.tokenizer writes. */
+enum kvt_synth_tok {
+	KVT_SYNTH_TOK_LLAMA = 0,	/* SentencePiece-style, tokenizer.ggml.model "llama" */
+	KVT_SYNTH_TOK_GPT2,		/* byte-level BPE, tokenizer.ggml.model "gpt2" */
+};
 
 /* What kvt_synth.rope_freqs writes. */
 enum kvt_synth_rope {
@@ -32,9 +49,12 @@ struct kvt_synth {
 	uint32_t type;		/* KVT_GGML_F32, F16, BF16 or Q8_0 for the matrices */
 	int	 tied;		/* no output.weight: the head reuses token_embd */
 	int	 rope_freqs;	/* enum kvt_synth_rope; the other weights do not change */
+	int	 tokenizer;	/* enum kvt_synth_tok */
+	const char *pre;	/* gpt2: tokenizer.ggml.pre ("llama-bpe"); NULL or "": none */
 };
 
-/* The defaults kvt-mkmodel documents: 2 layers, dim 64, 4 heads, vocab 512. */
+/* The defaults kvt-mkmodel documents: 2 layers, dim 64, 4 heads, vocab 512,
+ * the llama tokenizer (pre "llama-bpe" should gpt2 be chosen). */
 void kvt_synth_default(struct kvt_synth *s);
 /* Check the geometry: 0, or -EINVAL with one line in err. */
 int  kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvt-mkmodel: write a Llama-architecture GGUF v3 file with seeded random
- * weights for any geometry and a small SentencePiece-style vocabulary
- * (runtime/synth.h), so tests, benchmarks and `make run` need no download.
+ * weights for any geometry and a small SentencePiece-style or (--tokenizer
+ * gpt2) byte-level BPE vocabulary (runtime/synth.h), so tests, benchmarks
+ * and `make run` need no download.
  *
  *   kvt-mkmodel --layers 2 --dim 64 --heads 4 -o /tmp/tiny.gguf
+ *   kvt-mkmodel --vocab 512 --tokenizer gpt2 -o /tmp/tiny-bpe.gguf
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,8 +27,15 @@ static void usage(FILE *f)
 		"  --kv-heads N   KV heads (= heads); heads must divide by it\n"
 		"  --ff N         feed-forward length (4 * dim)\n"
 		"  --ctx N        context length the model declares (2048)\n"
-		"  --vocab N      vocabulary size, at least %d (512): byte tokens, the\n"
-		"                 printable characters, then learnt English pieces\n"
+		"  --vocab N      vocabulary size (512), at least %d for llama, %d for\n"
+		"                 gpt2: byte tokens (llama: then the printable\n"
+		"                 characters), then learnt English pieces\n"
+		"  --tokenizer K  llama: SentencePiece-style, <unk> <s> </s> and\n"
+		"                 <0xXX> byte tokens; gpt2: byte-level BPE as Llama 3's,\n"
+		"                 with merges, <|begin_of_text|> and <|end_of_text|>\n"
+		"                 last (llama)\n"
+		"  --pre NAME     gpt2 only: tokenizer.ggml.pre, the pre-tokenizer\n"
+		"                 llama.cpp applies; none writes no key (llama-bpe)\n"
 		"  --seed N       random seed (1)\n"
 		"  --type T       weights: f32, f16, bf16 or q8_0 (f32)\n"
 		"  --tied         no output.weight: the head reuses the token embedding\n"
@@ -34,7 +43,7 @@ static void usage(FILE *f)
 		"                 per-pair RoPE divisors (factor 8, low/high frequency\n"
 		"                 factors 1 and 4, original context 8192) as llama.cpp's\n"
 		"                 converter computes them (none)\n"
-		"  -o FILE        output file\n", KVT_SYNTH_MIN_VOCAB);
+		"  -o FILE        output file\n", KVT_SYNTH_MIN_VOCAB, KVT_SYNTH_MIN_VOCAB_GPT2);
 }
 
 static unsigned parse_uint(const char *flag, const char *s)
@@ -66,6 +75,8 @@ int main(int argc, char **argv)
 		{ "type", required_argument, NULL, 't' },
 		{ "tied", no_argument, NULL, 'T' },
 		{ "rope-freqs", required_argument, NULL, 'r' },
+		{ "tokenizer", required_argument, NULL, 'k' },
+		{ "pre", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -77,7 +88,7 @@ int main(int argc, char **argv)
 	const char *out = NULL;
 	char err[512];
 	unsigned i;
-	int c;
+	int c, pre_set = 0;
 
 	kvt_synth_default(&s);
 	while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
@@ -101,6 +112,25 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
+			break;
+		case 'k':
+			if (!strcmp(optarg, "llama")) {
+				s.tokenizer = KVT_SYNTH_TOK_LLAMA;
+			} else if (!strcmp(optarg, "gpt2")) {
+				s.tokenizer = KVT_SYNTH_TOK_GPT2;
+			} else {
+				fprintf(stderr, "kvt-mkmodel: --tokenizer: \"%s\" is not llama or gpt2\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'p':
+			if (!*optarg) {
+				fprintf(stderr, "kvt-mkmodel: --pre: the name is empty (--pre none writes no key)\n");
+				return 2;
+			}
+			s.pre = strcmp(optarg, "none") ? optarg : NULL;
+			pre_set = 1;
 			break;
 		case 't':
 			for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
@@ -126,6 +156,10 @@ int main(int argc, char **argv)
 	}
 	if (!out) {
 		fprintf(stderr, "kvt-mkmodel: -o FILE is required (see --help)\n");
+		return 2;
+	}
+	if (pre_set && s.tokenizer != KVT_SYNTH_TOK_GPT2) {
+		fprintf(stderr, "kvt-mkmodel: --pre needs --tokenizer gpt2 (see --help)\n");
 		return 2;
 	}
 	if (kvt_synth_check(&s, err, sizeof(err))) {
