@@ -707,7 +707,9 @@ int kvt_tokenizer_load(const struct kvt_gguf *g, struct kvt_tokenizer **out,
 	ret = load_model(&l);
 	if (ret)
 		goto fail;
-	t->add_bos = t->model == MODEL_LLAMA;
+	/* As llama.cpp: BOS by default for llama, and for gpt2 split the
+	 * Llama 3 way; the key, when present, decides. */
+	t->add_bos = t->model == MODEL_LLAMA || t->pre == PRE_LLAMA3;
 	if ((ret = load_tokens(&l)) ||
 	    (ret = get_id(&l, KEY_BOS, &t->bos)) ||
 	    (ret = get_id(&l, KEY_EOS, &t->eos)) ||

@@ -56,7 +56,8 @@ void kvt_tokenizer_free(struct kvt_tokenizer *t);
 /* Tokens of len bytes of text (any bytes: invalid UTF-8 falls back to byte
  * tokens), after a BOS token when add_bos (and the vocabulary has one);
  * add_bos < 0 asks the vocabulary (tokenizer.ggml.add_bos_token, default
- * true for llama and false for gpt2). Writes at most cap ids and returns
+ * true for llama and for gpt2 with Llama 3's pre-tokenizer, false for other
+ * gpt2). Writes at most cap ids and returns
  * how many the text needs (call again with more room if that is > cap),
  * or -EINVAL (NULL arguments), -EOVERFLOW (text over ~700 MB), -ENOMEM,
  * -EILSEQ (a character the vocabulary has no piece, byte token or <unk>

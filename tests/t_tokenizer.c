@@ -597,12 +597,14 @@ static void c_gpt2_llama3(int arg)
 	EXPECT(t, "\tthe", 0, '\t', 't', 257);
 	/* Contractions of either case: "CAT", "'S". */
 	EXPECT(t, "CAT'S", 0, 'C', 'A', 'T', '\'', 'S');
+	/* BOS by default, as llama.cpp gives Llama 3's vocabularies one. */
+	EXPECT(t, "1212", -1, 271, 262, '1', '2');
 	kvt_tokenizer_free(t);
 
 	/* The same text under GPT-2's pattern, named or not, for contrast. */
-	o.pre = "gpt2";
+	o.pre = "gpt-2";
 	t = g_load(&o);
-	EXPECT(t, "1212", 0, 262, 262);
+	EXPECT(t, "1212", -1, 262, 262);
 	EXPECT(t, "x\n\ny", 0, 'x', '\n', '\n', 'y');
 	kvt_tokenizer_free(t);
 	o.pre = "llama3";

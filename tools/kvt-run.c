@@ -658,8 +658,10 @@ int main(int argc, char **argv)
 
 		if (!text)
 			die("out of memory");
-		/* a continuation of a restored conversation takes no BOS */
-		prompt = tokenize_text(m->tok, text, strlen(text), !o.restore, &n_prompt);
+		/* a new conversation starts with BOS if the vocabulary asks for
+		 * one (tokenizer.ggml.add_bos_token); the continuation of a
+		 * restored one takes none */
+		prompt = tokenize_text(m->tok, text, strlen(text), o.restore ? 0 : -1, &n_prompt);
 		free(text);
 	}
 	if (o.tokenize) {

@@ -9,8 +9,10 @@
 # dense path and through the pager (and once with tiers too small for the
 # KV, so that pages come back from NVMe); every logits row is compared.
 # First, the tokenizer: `kvt-run --tokenize` against llama.cpp's on texts
-# from this tree and a few edge cases (the vocabulary kvt-mkmodel writes is
-# the SentencePiece-style "llama" kind, with byte fallback).
+# from this tree and a few edge cases, for the three kinds kvt-mkmodel
+# writes: the SentencePiece-style "llama" vocabulary (byte fallback), and
+# byte-level BPE ("gpt2") split by Llama 3's pattern (pre llama-bpe) and by
+# GPT-2's (pre gpt-2).
 #
 # Limits (worst of max|ours - llama| / max|llama| over a run's rows; each
 # engine feeds back its own greedy token, so rows after the first whose
@@ -60,6 +62,8 @@ mk $base --type q8_0 -o q8_0.gguf
 mk $base --type f32 --tied -o tied.gguf
 mk $base --type f32 --rope-freqs llama3 -o llama3.gguf
 mk --layers 3 --dim 256 --heads 4 --ff 704 --vocab 512 --ctx 512 --seed 5 --type f32 -o mha.gguf
+mk $base --type f32 --tokenizer gpt2 --pre llama-bpe -o bpe.gguf
+mk $base --type f32 --tokenizer gpt2 --pre gpt-2 -o bpe-gpt2.gguf
 for t in f16 bf16 q8_0; do
 	python3 "$src/tof32.py" $t.gguf $t-asf32.gguf
 done
@@ -70,21 +74,24 @@ cp "$root/README.md" t-readme.txt
 head -n 250 "$root/pager/pager.c" > t-code.txt
 printf '  Leading spaces,\n\nnewlines\ttabs   and   runs.\r\nUnicode: caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac, \xf0\x9f\x9a\x80.\n' > t-edge.txt
 printf ' ' > t-space.txt
-for t in t-readme t-code t-edge t-space; do
-	ours=$("$RUN" -m f32.gguf -f $t.txt --tokenize) &&
-		theirs=$(node tokenize.mjs f32.gguf $t.txt) || {
-		echo "tokenizer: $t.txt: a run failed"
+printf "Numbers 1234567 and 3.14159, isn't it? DON'T.\n\n\tIndented (brackets) -- dashes...\n" > t-bpe.txt
+for m in f32 bpe bpe-gpt2; do
+for t in t-readme t-code t-edge t-space t-bpe; do
+	ours=$("$RUN" -m $m.gguf -f $t.txt --tokenize) &&
+		theirs=$(node tokenize.mjs $m.gguf $t.txt) || {
+		echo "tokenizer: $m $t.txt: a run failed"
 		fails=$((fails + 1))
 		continue
 	}
 	if [ "$ours" = "$theirs" ]; then
-		echo "tokenizer: $t.txt: the same $(echo $ours | wc -w) ids"
+		echo "tokenizer: $m $t.txt: the same $(echo $ours | wc -w) ids"
 	else
-		echo "tokenizer: $t.txt: DIFFERENT"
+		echo "tokenizer: $m $t.txt: DIFFERENT"
 		echo "  kvt-run:   $(echo $ours | head -c 400)"
 		echo "  llama.cpp: $(echo $theirs | head -c 400)"
 		fails=$((fails + 1))
 	fi
+done
 done
 printf "%-10s %-6s %-4s %-7s %-30s %s\n" model prompt kv path "against llama.cpp" limit
 # check MODEL REF_MODEL PROMPT KV LIMIT ARGMAX PATH...: llama.cpp on REF_MODEL,
@@ -119,7 +126,7 @@ sys.exit(json.load(open("o.json"))["pager"]["nvme_ops"] == 0)'; then
 }
 for p in p50 p450; do
 	for kv in f32 f16; do
-		for m in f32 tied llama3 mha; do
+		for m in f32 tied llama3 mha bpe; do
 			lim=1e-5; [ $kv = f16 ] && lim=1e-3
 			check $m $m $p $kv $lim --argmax dense tiered
 		done
