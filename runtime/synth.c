@@ -290,12 +290,48 @@ static int cmp_u64(const void *a, const void *b)
  * the id after the last is returned. A pair whose text is already a piece
  * (learnt through another split) is joined into that piece, adding none.
  */
+/* Join every adjacent l r in seq[0, *n) into one id: the piece among
+ * tok[first, *nt) with their text, or a new one at tok[*nt]. Returns that
+ * id, or -1 out of memory. */
+static int32_t join_pair(struct bufs *b, const char **tok, unsigned first, unsigned *nt,
+			 int32_t l, int32_t r, int32_t *seq, size_t *n)
+{
+	size_t ll = strlen(tok[l]), rl = strlen(tok[r]), i, j;
+	char s[2 * PIECE_MAX + 1];
+	int32_t id = -1;
+
+	memcpy(s, tok[l], ll);
+	memcpy(s + ll, tok[r], rl + 1);
+	for (unsigned k = first; k < *nt && id < 0; k++)
+		if (!strcmp(tok[k], s))
+			id = (int32_t)k;
+	if (id < 0) {
+		char *p = keep(b, ll + rl + 1);
+
+		if (!p)
+			return -1;
+		memcpy(p, s, ll + rl + 1);
+		tok[*nt] = p;
+		id = (int32_t)(*nt)++;
+	}
+	for (i = j = 0; i < *n; i++) {
+		if (i + 1 < *n && seq[i] == l && seq[i + 1] == r) {
+			seq[j++] = id;
+			i++;
+		} else {
+			seq[j++] = seq[i];
+		}
+	}
+	*n = j;
+	return id;
+}
+
 static unsigned learn_pieces(struct bufs *b, const char **tok, unsigned first, unsigned vocab)
 {
-	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i, j;
+	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i;
 	int32_t *seq = keep(b, max * sizeof(*seq));
 	uint64_t *pairs = keep(b, max * sizeof(*pairs));
-	unsigned nt = first, k;
+	unsigned nt = first;
 
 	if (b->err)
 		return first;
@@ -306,9 +342,7 @@ static unsigned learn_pieces(struct bufs *b, const char **tok, unsigned first, u
 	while (nt < vocab) {
 		uint64_t best = 0;
 		size_t np = 0, run, best_run = 0;
-		int32_t l, r, id = -1;
-		char s[2 * PIECE_MAX + 1];
-		size_t ll, rl;
+		int32_t l, r;
 
 		for (i = 0; i + 1 < n; i++)
 			if (seq[i] >= 0 && seq[i + 1] >= 0 &&
@@ -327,31 +361,8 @@ static unsigned learn_pieces(struct bufs *b, const char **tok, unsigned first, u
 			break;
 		l = (int32_t)(best >> 32);
 		r = (int32_t)(uint32_t)best;
-		ll = strlen(tok[l]);
-		rl = strlen(tok[r]);
-		memcpy(s, tok[l], ll);
-		memcpy(s + ll, tok[r], rl + 1);
-		for (k = N_BYTE_VOCAB; k < nt && id < 0; k++)
-			if (!strcmp(tok[k], s))
-				id = (int32_t)k;
-		if (id < 0) {
-			char *p = keep(b, ll + rl + 1);
-
-			if (!p)
-				break;
-			memcpy(p, s, ll + rl + 1);
-			tok[nt] = p;
-			id = (int32_t)nt++;
-		}
-		for (i = j = 0; i < n; i++) {
-			if (i + 1 < n && seq[i] == l && seq[i + 1] == r) {
-				seq[j++] = id;
-				i++;
-			} else {
-				seq[j++] = seq[i];
-			}
-		}
-		n = j;
+		if (join_pair(b, tok, N_BYTE_VOCAB, &nt, l, r, seq, &n) < 0)
+			break;
 	}
 	return nt;
 }
@@ -549,12 +560,12 @@ struct pair_slot {
 static unsigned gpt2_learn(struct bufs *b, const char **tok, const int32_t id_of[N_GPT2_BYTES],
 			   unsigned first, unsigned limit, const char ***merges, size_t *n_merges)
 {
-	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i, j, nm = 0;
+	size_t max = 2 * (sizeof(corpus) + 2 * sizeof(words)), n = 0, i, nm = 0;
 	size_t mask = 1;
 	int32_t *seq = keep(b, max * sizeof(*seq));
 	const char **mg = keep(b, max * sizeof(*mg));
 	struct pair_slot *tab;
-	unsigned nt = first, k, gen = 0;
+	unsigned nt = first, gen = 0;
 
 	while (mask < 2 * max)
 		mask <<= 1;
@@ -570,8 +581,7 @@ static unsigned gpt2_learn(struct bufs *b, const char **tok, const int32_t id_of
 	n = gpt2_text_ids(words, id_of, seq, n);
 	while (nt < limit) {
 		struct pair_slot *best = NULL;
-		int32_t l, r, id = -1;
-		char s[2 * PIECE_MAX + 1];
+		int32_t l, r;
 		size_t ll, rl;
 		char *m;
 
@@ -600,35 +610,14 @@ static unsigned gpt2_learn(struct bufs *b, const char **tok, const int32_t id_of
 		r = (int32_t)(uint32_t)best->key;
 		ll = strlen(tok[l]);
 		rl = strlen(tok[r]);
-		memcpy(s, tok[l], ll);
-		memcpy(s + ll, tok[r], rl + 1);
-		for (k = first; k < nt && id < 0; k++)
-			if (!strcmp(tok[k], s))
-				id = (int32_t)k;
 		if (!(m = keep(b, ll + rl + 2)))
 			break;
 		memcpy(m, tok[l], ll);
 		m[ll] = ' ';
 		memcpy(m + ll + 1, tok[r], rl + 1);
 		mg[nm++] = m;
-		if (id < 0) {
-			char *p = keep(b, ll + rl + 1);
-
-			if (!p)
-				break;
-			memcpy(p, s, ll + rl + 1);
-			tok[nt] = p;
-			id = (int32_t)nt++;
-		}
-		for (i = j = 0; i < n; i++) {
-			if (i + 1 < n && seq[i] == l && seq[i + 1] == r) {
-				seq[j++] = id;
-				i++;
-			} else {
-				seq[j++] = seq[i];
-			}
-		}
-		n = j;
+		if (join_pair(b, tok, first, &nt, l, r, seq, &n) < 0)
+			break;
 	}
 	*n_merges = nm;
 	return nt;
