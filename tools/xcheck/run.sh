@@ -4,7 +4,8 @@
 # make xcheck: kvt-run's logits against llama.cpp's, on models kvt-mkmodel
 # writes. llama.cpp is the prebuilt CPU build in the npm package
 # node-llama-cpp (85 MB, installed into $BUILD/xcheck on first use: needs
-# node >= 20 and the npm registry). Each model, prompt (50 and 450 ids) and
+# node >= 20 and the npm registry; without them it exits 2, having checked
+# nothing). Each model, prompt (50 and 450 ids) and
 # KV type is decoded greedily for 8 tokens by both engines, ours through the
 # dense path and through the pager (and once with tiers too small for the
 # KV, so that pages come back from NVMe); every logits row is compared.
@@ -34,10 +35,15 @@ RUN=$BUILD/kvt-run
 N=8
 
 mkdir -p "$W"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null ||
+   ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
+	echo "xcheck: this check needs node >= 20 and npm" >&2
+	exit 2
+fi
 if [ ! -d "$W/node_modules/node-llama-cpp" ]; then
 	echo "xcheck: installing node-llama-cpp 3.22.1 (llama.cpp's prebuilt CPU build) into $W"
 	(cd "$W" && { [ -f package.json ] || npm init -y >/dev/null; } &&
-	 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --no-audit --no-fund \
+	 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true timeout 600 npm install --omit=optional --no-audit --no-fund \
 		node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 >/dev/null) || {
 		echo "xcheck: npm install failed: this check needs node >= 20 and the npm registry" >&2
 		exit 2
