@@ -67,7 +67,7 @@ struct rig {
 };
 
 /* r->e over r->p (set first, or NULL), or exit with the reason. */
-static inline void rig_engine(struct rig *r, const struct kvt_model *m,
+static inline void rig_engine(struct rig *r, struct kvt_model *m,
 			      const struct kvt_engine_params *ep)
 {
 	char err[512];

@@ -52,8 +52,6 @@ static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
 		     const struct tiers *t, unsigned n_ctx, unsigned nseq)
 {
 	struct kvt_engine_params ep;
-	struct kvt_config cfg;
-	char err[512];
 
 	memset(r, 0, sizeof(*r));
 	kvt_engine_params_default(&ep);

@@ -287,8 +287,7 @@ static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned p
 		     unsigned threads, const char *sel, int roomy, struct seen *w)
 {
 	struct kvt_engine_params ep;
-	struct kvt_config cfg;
-	uint64_t pages, pb;
+	uint64_t pages;
 	char err[512];
 
 	memset(r, 0, sizeof(*r));

@@ -281,8 +281,6 @@ static void rig_open(struct rig *r, struct kvt_model *m, int tiered, unsigned n_
 {
 	const unsigned page_tokens = 16;
 	struct kvt_engine_params ep;
-	struct kvt_config cfg;
-	char err[512];
 
 	memset(r, 0, sizeof(*r));
 	kvt_engine_params_default(&ep);

@@ -242,10 +242,7 @@ static void rig_open(struct rig *r, struct kvt_model *m, int kv_type, unsigned p
 		     const char *policy, int scores, struct seen *w)
 {
 	struct kvt_engine_params ep;
-	struct kvt_config cfg;
-	const char *d = getenv("KVT_TEST_DIR");
-	uint64_t pages, pb;
-	char err[512];
+	uint64_t pages;
 
 	kvt_engine_params_default(&ep);
 	ep.n_ctx = n_ctx;
