@@ -51,6 +51,8 @@ struct kvt_batch {
 	uint32_t nready;	/* entries queued in ready[] */
 	uint32_t rpos;		/* next ready[] to hand out */
 	uint32_t unpinned;	/* ready[] before this are unpinned */
+	uint32_t done;		/* held batches: ready[] before this are no longer read */
+	uint8_t	 hold;		/* kvt_batch_hold: unpin only what kvt_batch_done gave back */
 	uint32_t npend;
 	int	 target;
 	uint64_t handed, in_place;
@@ -1467,6 +1469,8 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	pthread_cond_init(&p->done, NULL);
 	p->cfg = *cfg;
 	p->dev = dev;
+	if (!dev->log && cfg->log)
+		kvt_device_set_log(dev, cfg->log, cfg->log_arg);
 	r = kvt_config_validate(cfg, err, sizeof(err));
 	if (r) {
 		kvt_plog(p, KVT_LOG_ERROR, "%s", err);
@@ -1477,9 +1481,11 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	p->page_bytes = pb;
 	p->half = pb / 2;
 	p->tok_bytes = (uint64_t)cfg->n_kv_heads * cfg->head_dim * cfg->dtype_bytes;
-	/* Auto reads in place where the fast tier is host memory too: the
-	 * copy up would be a memcpy that buys nothing. */
-	int in_place = cfg->host_in_place == KVT_IN_PLACE_AUTO ? dev->ops->host_visible
+	/* Auto reads in place where the device says it pays: always on
+	 * cpu (the copy up would be a memcpy that buys nothing), on a GPU
+	 * where its kernels read pinned host memory about as fast as its
+	 * copy engine moves it (measured when the device opened). */
+	int in_place = cfg->host_in_place == KVT_IN_PLACE_AUTO ? dev->in_place_auto
 							       : cfg->host_in_place;
 	p->target = in_place && dev->ops->host_addressable ? KVT_TIER_HOST : KVT_TIER_FAST;
 	/* frames: in service at open; res: reserved (max_bytes), the most a
@@ -1497,6 +1503,15 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	}
 
 	p->fast_bytes = res[KVT_TIER_FAST] * pb;
+	uint64_t dfree, dtotal;
+	if (dev->ops->mem_info && !dev->ops->mem_info(dev->ctx, &dfree, &dtotal) &&
+	    p->fast_bytes > dfree) {
+		kvt_plog(p, KVT_LOG_ERROR, "fast tier: %llu MiB asked for, %s has %llu MiB free "
+			 "of %llu MiB", (unsigned long long)(p->fast_bytes >> 20), dev->ops->name,
+			 (unsigned long long)(dfree >> 20), (unsigned long long)(dtotal >> 20));
+		r = -ENOMEM;
+		goto fail;
+	}
 	r = dev->ops->alloc(dev->ctx, p->fast_bytes, &p->fast_mem);
 	if (r) {
 		kvt_plog(p, KVT_LOG_ERROR, "fast tier: %s cannot allocate %llu bytes: %s",
@@ -1504,8 +1519,15 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		p->fast_mem = NULL;
 		goto fail;
 	}
+	/* The host tier goes on the device's node when the device knows it
+	 * and the configuration leaves the choice to us. */
+	int node = cfg->host_numa_node;
+	struct kvt_device_info di;
+	if (node == KVT_NUMA_ANY && !dev->ops->host_visible && !kvt_device_info(dev, &di) &&
+	    di.numa_node >= 0)
+		node = di.numa_node;
 	r = kvt_host_arena_open(&p->host, res[KVT_TIER_HOST] * pb, cfg->host_hugepages,
-				cfg->host_mlock, cfg->host_numa_node, cfg->host_prefault_threads);
+				cfg->host_mlock, node, cfg->host_prefault_threads);
 	if (r) {
 		kvt_plog(p, KVT_LOG_ERROR, "host tier: %llu bytes: %s%s%s",
 		     (unsigned long long)(res[KVT_TIER_HOST] * pb), strerror(-r),
@@ -1615,10 +1637,25 @@ fail:
 	return r;
 }
 
-KVT_API void kvt_pager_close(struct kvt_pager *p)
+KVT_API int kvt_pager_close(struct kvt_pager *p)
 {
-	if (p)
-		pager_free(p);
+	if (!p)
+		return 0;
+	/* A batch still held would be released into freed memory. */
+	pthread_mutex_lock(&p->lock);
+	for (uint32_t i = 0; i < p->nseqs; i++)
+		if (p->seqs[i]->batches) {
+			pthread_mutex_unlock(&p->lock);
+			return -EBUSY;
+		}
+	pthread_mutex_unlock(&p->lock);
+	pager_free(p);
+	return 0;
+}
+
+KVT_API struct kvt_device *kvt_pager_device(const struct kvt_pager *p)
+{
+	return p ? p->dev : NULL;
 }
 
 KVT_API size_t kvt_pager_page_bytes(const struct kvt_pager *p)
@@ -1853,8 +1890,10 @@ static int new_tail(struct kvt_pager *p, uint32_t seq, uint32_t layer,
 	return 0;
 }
 
-KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
-			   const void *k, const void *v, unsigned ntok)
+/* Append ntok tokens from k and v, which are device memory (src_dev) or
+ * host memory. */
+static int append(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const void *k,
+		  const void *v, unsigned ntok, int src_dev)
 {
 	const uint8_t *kb = k, *vb = v;
 	int r = 0;
@@ -1903,9 +1942,10 @@ KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 			memcpy(dst + off, kb, len);
 			memcpy(dst + p->half + off, vb, len);
 		} else {
-			r = kvt_dev_copy(p->dev, dst + off, kb, len, KVT_H2D);
+			int dir = src_dev ? KVT_D2D : KVT_H2D;
+			r = kvt_dev_copy(p->dev, dst + off, kb, len, dir);
 			if (!r)
-				r = kvt_dev_copy(p->dev, dst + p->half + off, vb, len, KVT_H2D);
+				r = kvt_dev_copy(p->dev, dst + p->half + off, vb, len, dir);
 		}
 		pthread_mutex_lock(&p->lock);
 		if (r)
@@ -1930,6 +1970,18 @@ out:
 	CHECK_INVARIANTS(p);
 	pthread_mutex_unlock(&p->lock);
 	return r;
+}
+
+KVT_API int kvt_seq_append(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+			   const void *k, const void *v, unsigned ntok)
+{
+	return append(p, h, layer, k, v, ntok, 0);
+}
+
+KVT_API int kvt_seq_append_dev(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
+			       const void *k, const void *v, unsigned ntok)
+{
+	return append(p, h, layer, k, v, ntok, 1);
 }
 
 /* Tokens (pages = 0) or pages (pages = 1) in a layer of the sequence. */
@@ -2178,9 +2230,16 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 	return moved;
 }
 
+/* Views handed out and no longer read: all before rpos, or for a held
+ * batch, what kvt_batch_done gave back. */
+static uint32_t consumed(const struct kvt_batch *b)
+{
+	return b->hold ? b->done : b->rpos;
+}
+
 static void unpin_consumed(struct kvt_pager *p, struct kvt_batch *b)
 {
-	for (; b->unpinned < b->rpos; b->unpinned++) {
+	for (uint32_t lim = consumed(b); b->unpinned < lim; b->unpinned++) {
 		struct entry *e = &b->e[b->ready[b->unpinned]];
 		if (e->pinned) {
 			e->pinned = 0;
@@ -2204,7 +2263,7 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 	if (!b || !view)
 		return -EINVAL;
 	p = b->p;
-	if (b->rpos - b->unpinned >= 32 && b->rpos < b->nready) {
+	if (consumed(b) - b->unpinned >= 32 && b->rpos < b->nready) {
 		/* Hand consumed pages back now and then, so a large batch does
 		 * not hold the tier for its whole run. */
 		pthread_mutex_lock(&p->lock);
@@ -2259,6 +2318,24 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 	b->handed++;
 	b->in_place += e->tier == KVT_TIER_HOST;
 	return 1;
+}
+
+KVT_API void kvt_batch_hold(struct kvt_batch *b)
+{
+	if (b && !b->hold) {
+		b->hold = 1;
+		b->done = b->rpos;
+	}
+}
+
+KVT_API void kvt_batch_done(struct kvt_batch *b)
+{
+	if (!b || !b->hold || b->done == b->rpos)
+		return;
+	b->done = b->rpos;
+	pthread_mutex_lock(&b->p->lock);
+	unpin_consumed(b->p, b);
+	pthread_mutex_unlock(&b->p->lock);
 }
 
 KVT_API void kvt_batch_release(struct kvt_batch *b)
@@ -2350,7 +2427,7 @@ KVT_API int kvt_seq_fork(struct kvt_pager *p, kvt_seq_t h, unsigned ntok, kvt_se
 			break;
 		r = kvt_batch_next(b, &v);
 		if (r == 1)
-			r = kvt_seq_append(p, child, l, v.k, v.v, ntok % pt);
+			r = append(p, child, l, v.k, v.v, ntok % pt, v.tier == KVT_TIER_FAST);
 		else if (r == 0)
 			r = -EIO;
 		kvt_batch_release(b);
@@ -2837,6 +2914,8 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 				  ((t->nframes + 63) / 64) * 2 * sizeof(uint64_t);
 	}
 	pthread_mutex_unlock(&p->lock);
+	kvt_device_info(p->dev, &st->dev);
+	st->fast_alloc_bytes = p->fast_bytes;
 	st->host_hugepages = p->host.hugepages;
 	st->host_mlocked = p->host.mlocked;
 	st->host_numa_node = p->host.numa_node;

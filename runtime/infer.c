@@ -42,11 +42,22 @@ struct span {
 	unsigned r0, n;			/* rows r0 .. r0 + n - 1 */
 };
 
+/* A layer's weights as the backend keeps them (kernels/compute.h): on
+ * cpu the model's own, on a GPU copies in device memory. */
+struct layer_w {
+	const float *attn_norm, *ffn_norm;	/* (n_embd) buffers */
+	struct kvt_mat wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+#define MAX_BUFS 24
+
 struct kvt_engine {
 	struct kvt_model *m;
 	struct kvt_pager *p;		/* NULL on the dense path */
 	struct kvt_engine_params ep;
-	struct kvt_pool *pool;
+	struct kvt_compute cx;		/* the kernels: the pager's device's, or cpu */
+	int	 hostmem;		/* buffers are host memory (KVT_CX_HOST_MEMORY) */
+	int	 async;			/* kernels run after the call (KVT_CX_ASYNC) */
 	unsigned nthreads;
 	unsigned page_tokens;
 	unsigned kv_dim;		/* n_head_kv * head_dim */
@@ -59,15 +70,32 @@ struct kvt_engine {
 	struct kvt_attn_shape sh1;	/* one row, for the key bounds */
 	struct kvt_engine_stats st;
 
-	/* Scratch for max_rows rows. */
+	/* Weights as the backend keeps them. */
+	struct layer_w *w;		/* (n_layer) */
+	struct kvt_mat output;		/* (n_vocab, n_embd) */
+	const float *out_norm;		/* (n_embd) buffer */
+	const double *inv_freq;		/* (rope_dim / 2) buffer */
+	unsigned n_prepared;		/* matrices prepared, to release */
+
+	/* Buffers (backend memory) for max_rows rows. */
 	float	*x, *xn, *tmp;		/* (rows, n_embd) */
 	float	*q, *att;		/* (rows, n_embd) */
 	float	*k, *v;			/* (rows, kv_dim) */
 	float	*g, *u;			/* (rows, n_ff) */
 	uint16_t *kh, *vh;		/* (rows, kv_dim) f16 copies of k, v */
-	uint32_t *pos;			/* (rows) */
+	uint32_t *dpos;			/* (rows) positions; pos itself on cpu */
 	float	*logits;		/* (max_batch, n_vocab) */
-	struct kvt_attn_acc *acc;	/* (nthreads) per-thread partials */
+	void	*bufs[MAX_BUFS];	/* what alloc_buf made, to free */
+	size_t	 buf_bytes[MAX_BUFS];
+	unsigned nbufs;
+
+	/* Host memory; the same as the buffers above on cpu. */
+	uint32_t *pos;			/* (rows) */
+	uint32_t *last;			/* (max_batch) the row each span's logits come from */
+	float	*hx;			/* (rows, n_embd) embedding rows before upload */
+	float	*hk, *hv;		/* (rows, kv_dim) kvt_session_fill_random's K, V */
+	float	*zeros;			/* (rows, n_embd) zeros, for a failed session's rows */
+	struct kvt_page_ref *refs;	/* (max_pages) pages for one attn_pages call */
 
 	/* Decode rows (paged path only). */
 	float	*pm, *pl;		/* (max_pages, n_head) each page's partial */
@@ -212,6 +240,94 @@ const struct kvt_engine_params *kvt_engine_params(const struct kvt_engine *e)
 	return &e->ep;
 }
 
+/* A buffer of the backend, freed with the engine. */
+static int alloc_buf(struct kvt_engine *e, void *out, size_t bytes)
+{
+	void **o = out;
+	int r;
+
+	if (e->nbufs == MAX_BUFS)
+		return -ENOMEM;
+	if ((r = e->cx.ops->alloc(e->cx.ctx, bytes, o)))
+		return r;
+	e->bufs[e->nbufs] = *o;
+	e->buf_bytes[e->nbufs++] = bytes;
+	return 0;
+}
+
+/* Constant data the kernels read (norms, RoPE frequencies): the host's
+ * own on cpu, an uploaded copy elsewhere. */
+static int const_buf(struct kvt_engine *e, const void *host, size_t bytes, const void **out)
+{
+	void *b;
+	int r;
+
+	if (e->hostmem) {
+		*out = host;
+		return 0;
+	}
+	if ((r = alloc_buf(e, &b, bytes)) || (r = e->cx.ops->upload(e->cx.ctx, b, host, bytes)))
+		return r;
+	*out = b;
+	return 0;
+}
+
+static int prepare(struct kvt_engine *e, const struct kvt_mat *w, struct kvt_mat *out)
+{
+	int r = e->cx.ops->mat_prepare(e->cx.ctx, w, out);
+
+	if (!r)
+		e->n_prepared++;
+	return r;
+}
+
+/* The model's weights as the backend keeps them. */
+static int prepare_weights(struct kvt_engine *e)
+{
+	const struct kvt_model *m = e->m;
+	const size_t E = m->hp.n_embd;
+	int r;
+
+	if ((r = const_buf(e, m->out_norm, E * sizeof(float), (const void **)&e->out_norm)) ||
+	    (r = const_buf(e, m->rope_inv_freq, m->hp.rope_dim / 2 * sizeof(double),
+			   (const void **)&e->inv_freq)) ||
+	    (r = prepare(e, &m->output, &e->output)))
+		return r;
+	for (unsigned l = 0; l < m->hp.n_layer; l++) {
+		const struct kvt_layer *L = &m->layers[l];
+		struct layer_w *W = &e->w[l];
+
+		if ((r = const_buf(e, L->attn_norm, E * sizeof(float), (const void **)&W->attn_norm)) ||
+		    (r = const_buf(e, L->ffn_norm, E * sizeof(float), (const void **)&W->ffn_norm)) ||
+		    (r = prepare(e, &L->wq, &W->wq)) || (r = prepare(e, &L->wk, &W->wk)) ||
+		    (r = prepare(e, &L->wv, &W->wv)) || (r = prepare(e, &L->wo, &W->wo)) ||
+		    (r = prepare(e, &L->w_gate, &W->w_gate)) || (r = prepare(e, &L->w_up, &W->w_up)) ||
+		    (r = prepare(e, &L->w_down, &W->w_down)))
+			return r;
+	}
+	return 0;
+}
+
+static void release_weights(struct kvt_engine *e)
+{
+	unsigned n = e->n_prepared;
+
+	if (!e->w)
+		return;
+	if (n) {
+		e->cx.ops->mat_release(e->cx.ctx, &e->output);
+		n--;
+	}
+	for (unsigned l = 0; l < e->m->hp.n_layer && n; l++) {
+		struct kvt_mat *ms[] = { &e->w[l].wq, &e->w[l].wk, &e->w[l].wv, &e->w[l].wo,
+					 &e->w[l].w_gate, &e->w[l].w_up, &e->w[l].w_down };
+
+		for (unsigned i = 0; i < 7 && n; i++, n--)
+			e->cx.ops->mat_release(e->cx.ctx, ms[i]);
+	}
+	e->n_prepared = 0;
+}
+
 int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 		   const struct kvt_engine_params *ep, struct kvt_engine **out,
 		   char *err, size_t errlen)
@@ -255,40 +371,68 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 		}
 		e->page_tokens = pc.page_tokens;
 	}
-	ret = kvt_pool_new(ep->n_threads, &e->pool);
-	if (ret) {
-		efail(err, errlen, ret, "engine: cannot start the thread pool");
+	/* The kernels are the pager's device's (the dense reference path
+	 * runs on the cpu). */
+	ret = kvt_compute_open(e->p ? kvt_pager_device(e->p) : NULL, ep->n_threads, &e->cx,
+			       err, errlen);
+	if (ret)
+		goto fail;
+	e->hostmem = !!(e->cx.ops->flags & KVT_CX_HOST_MEMORY);
+	e->async = !!(e->cx.ops->flags & KVT_CX_ASYNC);
+	e->nthreads = e->cx.ops->threads(e->cx.ctx);
+	e->select = ep->select_pages || ep->select_frac > 0;
+	if (e->select && !e->hostmem) {
+		ret = efail(err, errlen, -ENOTSUP, "engine: the page selector runs on the cpu "
+			    "backend only, not on %s", e->cx.ops->name);
 		goto fail;
 	}
-	e->nthreads = kvt_pool_threads(e->pool);
+	if (ep->on_attn && !(e->cx.ops->flags & KVT_CX_SCORES)) {
+		ret = efail(err, errlen, -ENOTSUP, "engine: attention masses (on_attn) are not "
+			    "computed on %s", e->cx.ops->name);
+		goto fail;
+	}
 	ret = -ENOMEM;
 	R = e->max_rows = ep->chunk > ep->max_batch ? ep->chunk : ep->max_batch;
-	if (!(e->x = malloc(R * hp->n_embd * sizeof(float))) ||
-	    !(e->xn = malloc(R * hp->n_embd * sizeof(float))) ||
-	    !(e->tmp = malloc(R * hp->n_embd * sizeof(float))) ||
-	    !(e->q = malloc(R * hp->n_embd * sizeof(float))) ||
-	    !(e->att = malloc(R * hp->n_embd * sizeof(float))) ||
-	    !(e->k = malloc(R * e->kv_dim * sizeof(float))) ||
-	    !(e->v = malloc(R * e->kv_dim * sizeof(float))) ||
-	    !(e->g = malloc(R * hp->n_ff * sizeof(float))) ||
-	    !(e->u = malloc(R * hp->n_ff * sizeof(float))) ||
-	    !(e->kh = malloc(R * e->kv_dim * sizeof(uint16_t))) ||
-	    !(e->vh = malloc(R * e->kv_dim * sizeof(uint16_t))) ||
+	if (!(e->w = calloc(hp->n_layer, sizeof(*e->w))) ||
 	    !(e->pos = malloc(R * sizeof(uint32_t))) ||
-	    !(e->logits = malloc((size_t)ep->max_batch * hp->n_vocab * sizeof(float))))
+	    !(e->last = malloc(ep->max_batch * sizeof(uint32_t))))
 		goto nomem;
+	if (alloc_buf(e, &e->x, R * hp->n_embd * sizeof(float)) ||
+	    alloc_buf(e, &e->xn, R * hp->n_embd * sizeof(float)) ||
+	    alloc_buf(e, &e->tmp, R * hp->n_embd * sizeof(float)) ||
+	    alloc_buf(e, &e->q, R * hp->n_embd * sizeof(float)) ||
+	    alloc_buf(e, &e->att, R * hp->n_embd * sizeof(float)) ||
+	    alloc_buf(e, &e->k, R * e->kv_dim * sizeof(float)) ||
+	    alloc_buf(e, &e->v, R * e->kv_dim * sizeof(float)) ||
+	    alloc_buf(e, &e->g, R * hp->n_ff * sizeof(float)) ||
+	    alloc_buf(e, &e->u, R * hp->n_ff * sizeof(float)) ||
+	    alloc_buf(e, &e->kh, R * e->kv_dim * sizeof(uint16_t)) ||
+	    alloc_buf(e, &e->vh, R * e->kv_dim * sizeof(uint16_t)) ||
+	    alloc_buf(e, &e->logits, (size_t)ep->max_batch * hp->n_vocab * sizeof(float)))
+		goto nomem;
+	if (e->hostmem) {
+		e->dpos = e->pos;
+		e->hx = e->x;
+		e->hk = e->k;
+		e->hv = e->v;
+	} else if (alloc_buf(e, &e->dpos, R * sizeof(uint32_t)) ||
+		   !(e->hx = malloc(R * hp->n_embd * sizeof(float))) ||
+		   !(e->hk = malloc(R * e->kv_dim * sizeof(float))) ||
+		   !(e->hv = malloc(R * e->kv_dim * sizeof(float))) ||
+		   !(e->zeros = calloc(R * hp->n_embd, sizeof(float)))) {
+		goto nomem;
+	}
 	if (e->p) {
 		size_t np = e->max_pages = ep->n_ctx / e->page_tokens + 2;
 
-		e->select = ep->select_pages || ep->select_frac > 0;
-		e->masses = ep->scores || ep->on_attn;
+		e->masses = (ep->scores || ep->on_attn) && (e->cx.ops->flags & KVT_CX_SCORES);
 		e->sh1 = (struct kvt_attn_shape){
 			.rows = 1, .n_head = hp->n_head, .n_kv_heads = hp->n_head_kv,
 			.head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
 			.kv_type = ep->kv_type,
 		};
 		if (!(e->page_ids = malloc(np * sizeof(uint32_t))) ||
-		    !(e->acc = calloc(e->nthreads, sizeof(*e->acc))) ||
+		    !(e->refs = malloc(np * sizeof(*e->refs))) ||
 		    !(e->pm = malloc(np * hp->n_head * sizeof(float))) ||
 		    !(e->pl = malloc(np * hp->n_head * sizeof(float))) ||
 		    !(e->mass = malloc(np * sizeof(float))) ||
@@ -300,15 +444,11 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 			goto nomem;
 		for (i = 0; i < np; i++)
 			e->page_ids[i] = (uint32_t)i;
-		for (i = 0; i < e->nthreads; i++) {
-			struct kvt_attn_shape sh = {
-				.rows = (unsigned)R, .n_head = hp->n_head,
-				.n_kv_heads = hp->n_head_kv, .head_dim = hp->head_dim,
-				.scale = 1.0f / sqrtf((float)hp->head_dim), .kv_type = ep->kv_type,
-			};
-			if (kvt_attn_acc_init(&e->acc[i], &sh))
-				goto nomem;
-		}
+	}
+	if ((ret = prepare_weights(e))) {
+		efail(err, errlen, ret, "engine: %s cannot take the model's weights: %s",
+		      e->cx.ops->name, strerror(-ret));
+		goto fail;
 	}
 	*out = e;
 	return 0;
@@ -321,23 +461,34 @@ fail:
 
 void kvt_engine_free(struct kvt_engine *e)
 {
-	unsigned i;
-
 	if (!e)
 		return;
-	if (e->acc)
-		for (i = 0; i < e->nthreads; i++)
-			kvt_attn_acc_free(&e->acc[i]);
-	free(e->acc);
+	if (e->cx.ops) {
+		e->cx.ops->sync(e->cx.ctx);
+		release_weights(e);
+		for (unsigned i = 0; i < e->nbufs; i++)
+			e->cx.ops->free(e->cx.ctx, e->bufs[i], e->buf_bytes[i]);
+	}
+	kvt_compute_close(&e->cx);
+	free(e->w);
 	free(e->page_ids);
+	free(e->refs);
 	free(e->pm); free(e->pl); free(e->mass); free(e->psc); free(e->cand); free(e->sel);
 	free(e->mark);
 	free(e->krow);
-	free(e->x); free(e->xn); free(e->tmp); free(e->q); free(e->att);
-	free(e->k); free(e->v); free(e->g); free(e->u); free(e->kh); free(e->vh);
-	free(e->pos); free(e->logits);
-	kvt_pool_free(e->pool);
+	free(e->pos); free(e->last);
+	if (!e->hostmem) {
+		free(e->hx); free(e->hk); free(e->hv); free(e->zeros);
+	}
 	free(e);
+}
+
+void kvt_engine_describe(const struct kvt_engine *e, char *buf, size_t len)
+{
+	if (e->cx.ops->describe)
+		e->cx.ops->describe(e->cx.ctx, buf, len);
+	else
+		snprintf(buf, len, "%s", e->cx.ops->name);
 }
 
 /* ---------------------------------------------------------------------
@@ -609,15 +760,16 @@ const float *kvt_session_logits(const struct kvt_session *s)
  * Attention
  */
 
-/* One task: a contiguous run of the layer's pages, acquired as one batch
- * and folded into this thread's accumulator in readiness order. */
+/* One task (host backends): a contiguous run of the layer's pages,
+ * acquired as one batch and folded into this thread's part in readiness
+ * order. */
 static void attn_task(void *arg, unsigned task, unsigned thread)
 {
 	struct attn_job *j = arg;
 	struct kvt_engine *e = j->e;
+	const struct kvt_compute_ops *o = e->cx.ops;
 	unsigned a = (unsigned)((uint64_t)task * j->n_pages / j->n_tasks);
 	unsigned b = (unsigned)((uint64_t)(task + 1) * j->n_pages / j->n_tasks);
-	struct kvt_attn_acc *acc = &e->acc[thread];
 	struct kvt_batch *bt;
 	struct kvt_view vw;
 	int r, err = 0;
@@ -640,26 +792,79 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 		 * folded: reading the fast or host tier is bound by memory
 		 * latency more than by its bandwidth. */
 		const void *next = kvt_batch_peek(bt);
-		if (next)
-			kvt_cpu_prefetch(next, kvt_pager_page_bytes(e->p));
-		if (j->partial)
-			err = kvt_attn_page_partial(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
-						    vw.page * e->page_tokens,
-						    e->pm + (size_t)vw.page * e->m->hp.n_head,
-						    e->pl + (size_t)vw.page * e->m->hp.n_head);
-		else
-			err = kvt_attn_page(acc, j->q, j->qpos, vw.k, vw.v, vw.ntok,
-					    vw.page * e->page_tokens);
+		if (next && o->prefetch)
+			o->prefetch(e->cx.ctx, next, kvt_pager_page_bytes(e->p));
+		struct kvt_page_ref ref = {
+			.k = vw.k, .v = vw.v, .ntok = vw.ntok, .pos0 = vw.page * e->page_tokens,
+		};
+		if (j->partial) {
+			ref.pm = e->pm + (size_t)vw.page * e->m->hp.n_head;
+			ref.pl = e->pl + (size_t)vw.page * e->m->hp.n_head;
+		}
+		err = o->attn_pages(e->cx.ctx, thread, &ref, 1);
 	}
 	kvt_batch_release(bt);
 	if (err)
 		__atomic_store_n(&j->err, err, __ATOMIC_RELAXED);
 }
 
-static void set_rows(struct kvt_attn_acc *a, unsigned rows)
+/* Most pages in one attn_pages call of an async backend. */
+#define ASYNC_CHUNK 256
+
+/* The job's pages on an async backend (a GPU): one thread acquires them
+ * all as one held batch and hands them to the kernels in chunks, as many
+ * as are ready at a time. Kernels read the pages after attn_pages
+ * returns, so they stay pinned until the backend has synchronised; and
+ * before waiting for pages still on their way, what was handed over is
+ * finished and given back, so that the frames it holds can take them. */
+static int attn_async(struct attn_job *j)
 {
-	a->sh.rows = rows;
-	kvt_attn_acc_reset(a);
+	struct kvt_engine *e = j->e;
+	const struct kvt_compute_ops *o = e->cx.ops;
+	void *c = e->cx.ctx;
+	struct kvt_batch *bt;
+	struct kvt_view vw;
+	unsigned n = 0, base = 0, synced = 0;	/* pages handed over, issued, finished */
+	int r, err = 0;
+
+	if (!j->n_pages)
+		return 0;
+	if ((r = kvt_acquire(e->p, j->s->seq, j->layer, j->pages, j->n_pages, &bt)))
+		return r;
+	kvt_batch_hold(bt);
+	for (;;) {
+		int ready = kvt_batch_peek(bt) != NULL;
+
+		if (n > base && (n - base == ASYNC_CHUNK || !ready)) {
+			if (!err)
+				err = o->attn_pages(c, 0, e->refs + base, n - base);
+			base = n;
+		}
+		if (!ready && synced < n) {
+			/* The next call may wait: give back what is held. */
+			if ((r = o->sync(c)) && !err)
+				err = r;
+			kvt_batch_done(bt);
+			synced = n;
+		}
+		if ((r = kvt_batch_next(bt, &vw)) == 0)
+			break;
+		if (r < 0) {
+			if (!err)
+				err = r;	/* a lost page: the rest are still drained */
+			continue;
+		}
+		e->refs[n++] = (struct kvt_page_ref){
+			.k = vw.k, .v = vw.v, .ntok = vw.ntok, .pos0 = vw.page * e->page_tokens,
+		};
+	}
+	if (n > base && !err)
+		err = o->attn_pages(c, 0, e->refs + base, n - base);
+	/* The pages are read until the kernels are done. */
+	if ((r = o->sync(c)) && !err)
+		err = r;
+	kvt_batch_release(bt);
+	return err;
 }
 
 static uint64_t now_ns(void)
@@ -792,21 +997,31 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 				e->pl[i] = 0;
 			}
 	}
-	j.n_tasks = j.n_pages < e->nthreads ? j.n_pages : e->nthreads;
-	for (i = 0; i < e->nthreads; i++)
-		set_rows(&e->acc[i], n);
-	if (j.n_tasks)
-		kvt_pool_run(e->pool, attn_task, &j, j.n_tasks);
+	const struct kvt_compute_ops *o = e->cx.ops;
+	struct kvt_attn_shape sh = {
+		.rows = n, .n_head = hp->n_head, .n_kv_heads = hp->n_head_kv,
+		.head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
+		.kv_type = e->ep.kv_type,
+	};
+	int r = o->attn_begin(e->cx.ctx, &sh, q, qpos, o->parallel ? e->nthreads : 1, j.n_pages);
+
+	if (r)
+		return r;
+	if (o->parallel) {
+		j.n_tasks = j.n_pages < e->nthreads ? j.n_pages : e->nthreads;
+		if (j.n_tasks)
+			o->parallel(e->cx.ctx, attn_task, &j, j.n_tasks);
+	} else {
+		j.err = attn_async(&j);
+	}
 	if (j.err)
 		return j.err;
-	for (i = 1; i < e->nthreads; i++)
-		kvt_attn_merge(&e->acc[0], &e->acc[i]);
-	kvt_attn_finish(&e->acc[0], out);
+	if ((r = o->attn_end(e->cx.ctx, out)))
+		return r;
 	if (j.partial) {
 		uint64_t t0 = now_ns();
-		int r = 0;
 
-		kvt_attn_mass(&e->acc[0], e->pm, e->pl, (unsigned)np, e->mass);
+		o->attn_mass(e->cx.ctx, e->pm, e->pl, (unsigned)np, e->mass);
 		if (e->ep.scores && kvt_pager_wants_scores(e->p))
 			r = kvt_seq_score(e->p, s->seq, layer, e->mass, (unsigned)np);
 		e->st.score_ns += now_ns() - t0;
@@ -822,6 +1037,9 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
  * Forward
  */
 
+/* Append rows r0 .. r0 + n - 1 of the step's K and V (buffers) to the
+ * session's layer, at positions pos0 on. On a backend whose buffers are
+ * device memory they were synchronised before (forward_rows). */
 static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		    unsigned r0, unsigned n, uint32_t pos0)
 {
@@ -840,6 +1058,8 @@ static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		memcpy(s->dv[layer] + pos0 * row, v, n * row);
 		return 0;
 	}
+	if (!e->hostmem)
+		return kvt_seq_append_dev(e->p, s->seq, layer, k, v, n);
 	int ret = kvt_seq_append(e->p, s->seq, layer, k, v, n);
 
 	if (!ret)
@@ -856,12 +1076,14 @@ static void end_session(struct kvt_engine *e, struct kvt_session *s, int err)
 		s->seq = 0;
 }
 
-static void add_rows(float *x, const float *y, size_t n)
+/* Rows of a buffer set to zero. */
+static int zero_rows(struct kvt_engine *e, float *x, size_t n)
 {
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		x[i] += y[i];
+	if (e->hostmem) {
+		memset(x, 0, n * sizeof(float));
+		return 0;
+	}
+	return e->cx.ops->upload(e->cx.ctx, x, e->zeros, n * sizeof(float));
 }
 
 /* Run rows tok[0..R) through the model; the spans say which session owns
@@ -890,7 +1112,10 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 {
 	const struct kvt_model *m = e->m;
 	const struct kvt_hparams *hp = &m->hp;
+	const struct kvt_compute_ops *o = e->cx.ops;
+	void *c = e->cx.ctx;
 	const size_t E = hp->n_embd, KV = e->kv_dim;
+	const int f16 = e->ep.kv_type == KVT_KV_F16;
 	unsigned l, r, i, live = 0;
 	int ret;
 
@@ -899,27 +1124,31 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 	for (i = 0; i < nsp; i++)
 		for (r = 0; r < sp[i].n; r++)
 			e->pos[sp[i].r0 + r] = sp[i].s->len + r;
+	/* The embedding rows, looked up in the mapping (exact), then where
+	 * the kernels read them (on cpu they are there already). */
 	for (r = 0; r < R; r++)
-		kvt_mat_row(e->x + r * E, &m->tok_embd, (uint32_t)tok[r]);
+		kvt_mat_row(e->hx + r * E, &m->tok_embd, (uint32_t)tok[r]);
+	if ((ret = o->upload(c, e->x, e->hx, R * E * sizeof(float))) ||
+	    (ret = o->upload(c, e->dpos, e->pos, R * sizeof(uint32_t))))
+		return ret;
 
 	for (l = 0; l < hp->n_layer; l++) {
-		const struct kvt_layer *L = &m->layers[l];
+		const struct layer_w *W = &e->w[l];
 
-		for (r = 0; r < R; r++)
-			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->attn_norm, hp->n_embd, hp->rms_eps);
-		if ((ret = kvt_matmul_n(e->pool, 3, (float *const[]){ e->q, e->k, e->v }, e->xn, R,
-					(const struct kvt_mat *const[]){ &L->wq, &L->wk, &L->wv })))
+		if ((ret = o->rmsnorm(c, e->xn, e->x, NULL, R, hp->n_embd, W->attn_norm, hp->rms_eps)) ||
+		    (ret = o->matmul_n(c, 3, (float *const[]){ e->q, e->k, e->v }, e->xn, R,
+				       (const struct kvt_mat *const[]){ &W->wq, &W->wk, &W->wv })) ||
+		    (ret = o->rope(c, e->q, R, hp->n_head, hp->head_dim, hp->rope_dim, e->dpos,
+				   e->inv_freq)) ||
+		    (ret = o->rope(c, e->k, R, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->dpos,
+				   e->inv_freq)))
 			return ret;
-		for (r = 0; r < R; r++) {
-			kvt_rope(e->q + r * E, hp->n_head, hp->head_dim, hp->rope_dim, e->pos[r],
-				 m->rope_inv_freq);
-			kvt_rope(e->k + r * KV, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->pos[r],
-				 m->rope_inv_freq);
-		}
-		if (e->ep.kv_type == KVT_KV_F16) {
-			kvt_f32_to_f16(e->kh, e->k, R * KV);
-			kvt_f32_to_f16(e->vh, e->v, R * KV);
-		}
+		if (f16 && ((ret = o->to_kv(c, e->kh, e->k, R * KV, KVT_KV_F16)) ||
+			    (ret = o->to_kv(c, e->vh, e->v, R * KV, KVT_KV_F16))))
+			return ret;
+		/* The pager copies K and V from the buffers: they must be done. */
+		if (e->async && (ret = o->sync(c)))
+			return ret;
 		for (i = 0; i < nsp; i++) {
 			struct span *p = &sp[i];
 
@@ -927,42 +1156,44 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 				continue;
 			ret = store_kv(e, p->s, l, p->r0, p->n, p->s->len);
 			if (!ret)
-				ret = attend(e, p->s, l, e->q + p->r0 * E, e->pos + p->r0, p->n,
+				ret = attend(e, p->s, l, e->q + p->r0 * E, e->dpos + p->r0, p->n,
 					     e->att + p->r0 * E);
 			if (ret) {
 				end_session(e, p->s, ret);
-				memset(e->att + p->r0 * E, 0, p->n * E * sizeof(float));
+				if ((ret = zero_rows(e, e->att + p->r0 * E, p->n * E)))
+					return ret;
 			}
 		}
-		if ((ret = kvt_matmul(e->pool, e->tmp, e->att, R, &L->wo)))
+		if ((ret = o->matmul_n(c, 1, &e->tmp, e->att, R,
+				       (const struct kvt_mat *const[]){ &W->wo })) ||
+		    (ret = o->add(c, e->x, e->tmp, R * E)) ||
+		    (ret = o->rmsnorm(c, e->xn, e->x, NULL, R, hp->n_embd, W->ffn_norm, hp->rms_eps)) ||
+		    (ret = o->matmul_n(c, 2, (float *const[]){ e->g, e->u }, e->xn, R,
+				       (const struct kvt_mat *const[]){ &W->w_gate, &W->w_up })) ||
+		    (ret = o->swiglu(c, e->g, e->u, R * hp->n_ff)) ||
+		    (ret = o->matmul_n(c, 1, &e->tmp, e->g, R,
+				       (const struct kvt_mat *const[]){ &W->w_down })) ||
+		    (ret = o->add(c, e->x, e->tmp, R * E)))
 			return ret;
-		add_rows(e->x, e->tmp, R * E);
-
-		for (r = 0; r < R; r++)
-			kvt_rmsnorm(e->xn + r * E, e->x + r * E, L->ffn_norm, hp->n_embd, hp->rms_eps);
-		if ((ret = kvt_matmul_n(e->pool, 2, (float *const[]){ e->g, e->u }, e->xn, R,
-					(const struct kvt_mat *const[]){ &L->w_gate, &L->w_up })))
-			return ret;
-		kvt_swiglu(e->g, e->u, R * hp->n_ff);
-		if ((ret = kvt_matmul(e->pool, e->tmp, e->g, R, &L->w_down)))
-			return ret;
-		add_rows(e->x, e->tmp, R * E);
 	}
 
 	/* The head, for the last row of each span only. */
 	for (i = 0; i < nsp; i++)
-		kvt_rmsnorm(e->xn + i * E, e->x + (sp[i].r0 + sp[i].n - 1) * E, m->out_norm,
-			    hp->n_embd, hp->rms_eps);
-	if ((ret = kvt_matmul(e->pool, e->logits, e->xn, nsp, &m->output)))
+		e->last[i] = sp[i].r0 + sp[i].n - 1;
+	if ((ret = o->rmsnorm(c, e->xn, e->x, e->last, nsp, hp->n_embd, e->out_norm, hp->rms_eps)) ||
+	    (ret = o->matmul_n(c, 1, &e->logits, e->xn, nsp,
+			       (const struct kvt_mat *const[]){ &e->output })))
 		return ret;
 	for (i = 0; i < nsp; i++) {
 		struct kvt_session *s = sp[i].s;
 
 		if (s->err)
 			continue;
+		if ((ret = o->download(c, s->logits, e->logits + (size_t)i * hp->n_vocab,
+				       hp->n_vocab * sizeof(float))))
+			return ret;
 		memcpy(s->tokens + s->len, tok + sp[i].r0, sp[i].n * sizeof(int32_t));
 		s->len += sp[i].n;
-		memcpy(s->logits, e->logits + (size_t)i * hp->n_vocab, hp->n_vocab * sizeof(float));
 		s->have_logits = 1;
 		live++;
 	}
@@ -1056,6 +1287,24 @@ int kvt_decode(struct kvt_engine *e, struct kvt_session *const *ss, const int32_
 	return (int)live;
 }
 
+/* K and V (n values each) from the host's hk, hv into the buffers
+ * store_kv reads, in the KV type, finished. */
+static int fill_kv(struct kvt_engine *e, size_t n)
+{
+	const struct kvt_compute_ops *o = e->cx.ops;
+	void *c = e->cx.ctx;
+	int r;
+
+	if ((r = o->upload(c, e->k, e->hk, n * sizeof(float))) ||
+	    (r = o->upload(c, e->v, e->hv, n * sizeof(float))))
+		return r;
+	if (e->ep.kv_type == KVT_KV_F16 &&
+	    ((r = o->to_kv(c, e->kh, e->k, n, KVT_KV_F16)) ||
+	     (r = o->to_kv(c, e->vh, e->v, n, KVT_KV_F16))))
+		return r;
+	return o->sync(c);
+}
+
 int kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsigned n,
 			    uint64_t seed)
 {
@@ -1076,14 +1325,10 @@ int kvt_session_fill_random(struct kvt_engine *e, struct kvt_session *s, unsigne
 			/* values in [-1, 1): what rotated keys and values look like in scale */
 			for (i = 0; i < c * KV; i++) {
 				x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-				e->k[i] = (float)(x >> 40) / (float)(1 << 23) - 1.0f;
-				e->v[i] = (float)((x >> 16) & 0xffffff) / (float)(1 << 23) - 1.0f;
+				e->hk[i] = (float)(x >> 40) / (float)(1 << 23) - 1.0f;
+				e->hv[i] = (float)((x >> 16) & 0xffffff) / (float)(1 << 23) - 1.0f;
 			}
-			if (e->ep.kv_type == KVT_KV_F16) {
-				kvt_f32_to_f16(e->kh, e->k, c * KV);
-				kvt_f32_to_f16(e->vh, e->v, c * KV);
-			}
-			if ((ret = store_kv(e, s, l, 0, c, s->len))) {
+			if ((ret = fill_kv(e, c * KV)) || (ret = store_kv(e, s, l, 0, c, s->len))) {
 				end_session(e, s, ret);
 				return ret;
 			}
@@ -1195,8 +1440,10 @@ static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned la
 			err = -EIO;
 			continue;
 		}
-		memcpy(k + at * row, vw.k, vw.ntok * row);
-		memcpy(v + at * row, vw.v, vw.ntok * row);
+		/* The page may be device memory. */
+		if (!err && ((r = e->cx.ops->download(e->cx.ctx, k + at * row, vw.k, vw.ntok * row)) ||
+			     (r = e->cx.ops->download(e->cx.ctx, v + at * row, vw.v, vw.ntok * row))))
+			err = r;
 	}
 	kvt_batch_release(b);
 	return err;

@@ -85,8 +85,12 @@ struct kvt_engine;
 struct kvt_session;
 
 /* pager must have the model's geometry (kvt_engine_pager_geometry) and
- * outlive the engine; it is ignored (may be NULL) with ep->dense. 0,
- * -EINVAL with one line in err (a geometry mismatch, n_ctx 0), -ENOMEM. */
+ * outlive the engine; it is ignored (may be NULL) with ep->dense. The
+ * forward pass runs on the kernels of the pager's device (cpu, or a GPU
+ * through its plug-in: kernels/compute.h); the dense path on the cpu.
+ * 0, -EINVAL with one line in err (a geometry mismatch, n_ctx 0),
+ * -ENOTSUP (the page selector or on_attn on a backend without them),
+ * -ENOMEM, or the backend's error taking the weights. */
 int  kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 		    const struct kvt_engine_params *ep, struct kvt_engine **out,
 		    char *err, size_t errlen);
@@ -106,6 +110,9 @@ struct kvt_engine_stats {
 					 * held now, all sessions */
 };
 void kvt_engine_stats(const struct kvt_engine *e, struct kvt_engine_stats *st);
+/* One line: what the engine's kernels run on (the compute backend's own
+ * description, e.g. "cpu, AVX-512 kernels, 2 threads"). */
+void kvt_engine_describe(const struct kvt_engine *e, char *buf, size_t len);
 
 /* Sessions. A session holds its tokens, its K/V and the logits after its
  * last token. */

@@ -41,8 +41,12 @@ struct kvt_view {
 int  kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		    struct kvt_pager **out);
 /* Closes every sequence, stops the migration thread, frees the tiers and
- * removes an NVMe file the pager created. */
-void kvt_pager_close(struct kvt_pager *p);
+ * removes an NVMe file the pager created. Returns 0, or -EBUSY while a
+ * batch is not released (then nothing is closed: release it, and close
+ * again). NULL is fine. */
+int  kvt_pager_close(struct kvt_pager *p);
+/* The device the pager was opened over. */
+struct kvt_device *kvt_pager_device(const struct kvt_pager *p);
 
 /* Bytes of one page. */
 size_t kvt_pager_page_bytes(const struct kvt_pager *p);
@@ -93,6 +97,11 @@ int  kvt_seq_open(struct kvt_pager *p, kvt_seq_t *out);
  * sealed when full. -EBUSY if the sequence is parked. */
 int  kvt_seq_append(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
 		    const void *k, const void *v, unsigned ntok);
+/* The same with k and v in the pager's device memory (a runtime whose
+ * forward pass runs on the device): the copy stays on the device. The
+ * caller's writes to k and v must be complete (its kernels synchronised). */
+int  kvt_seq_append_dev(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
+			const void *k, const void *v, unsigned ntok);
 /* Tokens stored in a layer, pages in a layer. */
 int  kvt_seq_tokens(struct kvt_pager *p, kvt_seq_t s, unsigned layer);
 int  kvt_seq_pages(struct kvt_pager *p, kvt_seq_t s, unsigned layer);
@@ -127,6 +136,14 @@ int  kvt_batch_next(struct kvt_batch *b, struct kvt_view *view);
  * half a page on, kvt_pager_page_bytes in all) when it is ready already,
  * else NULL: a caller prefetches it while it works on the current one. */
 const void *kvt_batch_peek(const struct kvt_batch *b);
+/* For a consumer whose reads of a view outlive the next call (a kernel
+ * queued on a GPU): after kvt_batch_hold, every page handed out stays
+ * pinned, its view valid, until kvt_batch_done says the views handed out
+ * so far are no longer read, or the release. Call kvt_batch_done before a
+ * kvt_batch_next that may wait: the pages waited for may need the frames
+ * the held ones occupy. */
+void kvt_batch_hold(struct kvt_batch *b);
+void kvt_batch_done(struct kvt_batch *b);
 void kvt_batch_release(struct kvt_batch *b);
 
 /* Queue pages for promotion without waiting (pages == NULL: all). */
@@ -197,6 +214,10 @@ struct kvt_stats {
 	uint64_t trace_records;		/* records of the trace being recorded, or of
 					 * the last one stopped */
 	uint64_t trace_dropped;		/* of those, dropped: the writer fell behind */
+	/* The device (kvt_device_info): what it is, and its copies and
+	 * kernels since it was opened. */
+	struct kvt_device_info dev;
+	uint64_t fast_alloc_bytes;	/* device memory the fast tier holds (reserved) */
 };
 
 int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st);

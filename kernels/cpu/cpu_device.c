@@ -8,6 +8,7 @@
 #define _GNU_SOURCE		/* pthread_setname_np */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,10 +38,11 @@ struct engine {
 	double		ns_per_byte;	/* 0: uncapped */
 	pthread_t	thread;
 	int		started;
+	uint64_t	*busy_ns;	/* the device's counter for this engine */
 };
 
 struct cpu_dev {
-	struct engine e[2];		/* [KVT_H2D], [KVT_D2H] */
+	struct engine e[2];		/* [KVT_H2D] (D2D too), [KVT_D2H] */
 };
 
 static uint64_t now_ns(void)
@@ -87,6 +89,7 @@ static void *copy_thread(void *arg)
 		}
 		/* Everything queued up to head, without looking at the shared
 		 * counters in between: one release store per copy. */
+		uint64_t t0 = now_ns();
 		for (; tail + 1 != head; tail++) {
 			const struct copy *c = &e->q[(tail + 1) % QLEN];
 			memcpy(c->dst, c->src, c->bytes);
@@ -117,6 +120,7 @@ static void *copy_thread(void *arg)
 				}
 			}
 		}
+		kvt_dev_count(e->busy_ns, now_ns() - t0);
 	}
 	return NULL;
 }
@@ -143,8 +147,9 @@ static int cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
 	struct cpu_dev *d = ctx;
 	struct engine *e;
 
-	if (dir != KVT_H2D && dir != KVT_D2H)
+	if (dir != KVT_H2D && dir != KVT_D2H && dir != KVT_D2D)
 		return -EINVAL;
+	dir = dir == KVT_D2H;		/* D2D runs on the H2D engine, in its order */
 	e = &d->e[dir];
 	pthread_mutex_lock(&e->lock);
 	if (e->head - __atomic_load_n(&e->tail, __ATOMIC_ACQUIRE) > QLEN - 1) {
@@ -211,6 +216,17 @@ static void cpu_close(void *ctx)
 	free(d);
 }
 
+static void cpu_describe(void *ctx, struct kvt_device_info *out)
+{
+	struct cpu_dev *d = ctx;
+
+	if (d->e[0].ns_per_byte > 0)
+		snprintf(out->desc, sizeof(out->desc), "host memory, copies capped at %.3g GB/s",
+			 1.0 / d->e[0].ns_per_byte);
+	else
+		snprintf(out->desc, sizeof(out->desc), "host memory");
+}
+
 static const struct kvt_device_ops cpu_ops = {
 	.name		  = "cpu",
 	.alloc		  = cpu_alloc,
@@ -218,6 +234,7 @@ static const struct kvt_device_ops cpu_ops = {
 	.copy_async	  = cpu_copy_async,
 	.fence_wait	  = cpu_fence_wait,
 	.fence_done	  = cpu_fence_done,
+	.describe	  = cpu_describe,
 	.host_addressable = 1,
 	.host_visible	  = 1,
 	.close		  = cpu_close,
@@ -237,6 +254,7 @@ int kvt_cpu_device_open(double copy_gbps, struct kvt_device *out)
 		pthread_cond_init(&e->done, NULL);
 		e->head = 1;
 		e->ns_per_byte = copy_gbps > 0 ? 1.0 / copy_gbps : 0;
+		e->busy_ns = &out->cnt.copy_ns[i];
 	}
 	for (int i = 0; i < 2; i++) {
 		r = -pthread_create(&d->e[i].thread, NULL, copy_thread, &d->e[i]);
@@ -247,6 +265,10 @@ int kvt_cpu_device_open(double copy_gbps, struct kvt_device *out)
 	}
 	out->ops = &cpu_ops;
 	out->ctx = d;
+	/* compute stays NULL: the cpu kernels (kvt_compute_open). Naming
+	 * them here would link them, and OpenBLAS with its threads, into
+	 * every program that uses the pager alone. */
+	out->in_place_auto = 1;	/* a copy up would be a memcpy that buys nothing */
 	return 0;
 fail:
 	cpu_close(d);

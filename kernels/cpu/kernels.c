@@ -31,9 +31,8 @@
 #define AVX512_INLINE	static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
 #endif
 
-/* The GGML type numbers (runtime/gguf.h's enum kvt_ggml_type, fixed by the
- * file format); kernels/ does not include runtime/. */
-enum { W_F32 = 0, W_F16 = 1, W_Q8_0 = 8, W_BF16 = 30 };
+/* The GGML type numbers, as the seam names them (kernels/compute.h). */
+enum { W_F32 = KVT_W_F32, W_F16 = KVT_W_F16, W_Q8_0 = KVT_W_Q8_0, W_BF16 = KVT_W_BF16 };
 #define QK	32		/* Q8_0 values per block */
 #define Q8_SZ	34		/* Q8_0 block: f16 scale d, then 32 int8 q; value d * q */
 

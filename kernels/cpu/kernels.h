@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/compute.h"
+
 /* A fixed pool of worker threads. The caller's thread takes part in every
  * run, so a pool of n threads has n - 1 workers. Between runs the workers
  * spin for 50 us, then sleep on a futex: a run that follows within that
@@ -39,13 +41,8 @@ unsigned kvt_pool_threads(const struct kvt_pool *pool);	/* NULL: 1 */
 void kvt_pool_run(struct kvt_pool *pool, void (*fn)(void *arg, unsigned task, unsigned thread),
 		  void *arg, unsigned n_tasks);
 
-/* A weight matrix (n_out, n_in) in GGUF layout. type is enum kvt_ggml_type
- * (runtime/gguf.h): F32, F16, BF16 or Q8_0 (n_in a multiple of 32). */
-struct kvt_mat {
-	const void *data;
-	uint32_t type;
-	uint32_t n_in, n_out;
-};
+/* Weight matrices (struct kvt_mat), KV types and the attention shape are
+ * the compute seam's (kernels/compute.h). */
 
 /* y (rows, n_out) = x (rows, n_in) * W^T, on the pool (NULL: the caller
  * alone); x and y do not overlap. A few rows (under 8 for F32, under 16
@@ -115,9 +112,6 @@ void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 int  kvt_cpu_simd(void);
 void kvt_cpu_set_simd_max(int level);
 
-/* KV element types. */
-enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1 };
-
 /*
  * Paged attention, split into page-sized pieces so pages can be consumed in
  * whatever order they become ready: an accumulator holds, for each query
@@ -132,12 +126,6 @@ enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1 };
  * position pos0 + t and query row r sees it iff pos0 + t <= qpos[r].
  * A (row, head) that saw no token yet has m = -inf, l = 0.
  */
-struct kvt_attn_shape {
-	unsigned rows, n_head, n_kv_heads, head_dim;
-	float scale;			/* 1/sqrt(head_dim) normally */
-	int kv_type;			/* enum kvt_kv_type */
-};
-
 struct kvt_attn_acc {
 	struct kvt_attn_shape sh;
 	float *m, *l;			/* (rows, n_head) */
