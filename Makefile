@@ -34,10 +34,58 @@ TEST_COMMON = $(BUILD)/tests/common.o
 # Keep the objects of tests and tools: they are not throwaway intermediates.
 .SECONDARY:
 
-.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help
+# The CUDA plug-in (kernels/cuda/): built when nvcc is found, on the PATH
+# or under CUDA_HOME; `make CUDA=0` skips it. libkvt and the tools never
+# link CUDA: kvt_device_open("cuda"|"auto") loads build/libkvt-cuda.so.
+CUDA_HOME ?= $(or $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
+NVCC	  ?= $(CUDA_HOME)/bin/nvcc
+CUDA	  ?= $(if $(wildcard $(NVCC)),1,0)
+# Machine code for sm_80 (A100) and sm_90 (H100, H200), the GPUs a long
+# context is served on, so they start without a JIT pause; PTX for
+# compute_90, so that newer GPUs can JIT it.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	     -gencode arch=compute_90,code=compute_90
+# CI sets CUDA_WERROR=1: the plug-in is compiled and linked with warnings
+# as errors on every run, though no GPU is there to run it.
+NVCC_WERROR = $(if $(filter 1,$(CUDA_WERROR)),-Werror all-warnings -Xcompiler -Werror)
+CC_WERROR   = $(if $(filter 1,$(CUDA_WERROR)),-Werror)
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
+	     $(NVCC_WERROR) -Iinclude -I.
+CUDA_PLUGIN = $(BUILD)/libkvt-cuda.so
+CUDA_OBJ  = $(BUILD)/kernels/cuda/kernels.o $(BUILD)/kernels/cuda/cuda_device.o \
+	    $(BUILD)/kernels/cuda/cuda_compute.o
+ifeq ($(CUDA),1)
+PLUGINS_GPU = $(CUDA_PLUGIN)
+endif
 
-# all: the library (static and shared) and the tools
-all: lib tools
+.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda
+
+# all: the library (static and shared), the tools, and the CUDA plug-in where nvcc is
+all: lib tools $(PLUGINS_GPU)
+
+# cuda: the CUDA plug-in alone (needs nvcc)
+cuda: $(CUDA_PLUGIN)
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/kernels.h Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.c | $(GEN)/policies.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CC_WERROR) -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+
+# Self-contained (--no-undefined): it calls nothing in libkvt.
+$(CUDA_PLUGIN): $(CUDA_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ -L$(CUDA_HOME)/lib64 \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -lm -pthread $(CC_WERROR)
+
+# The tests' emulated GPU (tests/emu_backend.c): a backend plug-in whose
+# device memory the host cannot touch and whose kernels run late, on the
+# cpu kernels linked into it.
+EMU_PLUGIN = $(BUILD)/libkvt-emu.so
+$(EMU_PLUGIN): $(BUILD)/tests/emu_backend.o $(BUILD)/kernels/cpu/kernels.o \
+	       $(BUILD)/kernels/cpu/pool.o
+	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ $(LDLIBS)
 
 lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so
 
@@ -58,7 +106,13 @@ $(BUILD)/plugins/%.so: docs/examples/policy_example.c pager/policy.h pager/polic
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PLUGIN_DEFS_$*) -shared $(LDFLAGS) -o $@ $<
 
-tests: $(TESTS) $(PLUGINS)
+# Backend plug-ins the loader must refuse or report (t_backend).
+FAKE_BACKENDS = $(foreach f,abi name nodev nokernels,$(BUILD)/fake/$(f)/libkvt-cuda.so)
+$(BUILD)/fake/%/libkvt-cuda.so: tests/fake_backend.c kernels/plugin.h kernels/device.h Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFAKE=FAKE_$(shell echo $* | tr a-z A-Z) -shared $(LDFLAGS) -o $@ $<
+
+tests: $(TESTS) $(PLUGINS) $(EMU_PLUGIN) $(FAKE_BACKENDS)
 
 $(BUILD)/%.o: %.c | $(GEN)/policies.h
 	@mkdir -p $(dir $@)
@@ -149,13 +203,14 @@ xcheck: deps-check
 # t_nospin's CPU check, so they are not started there.
 SAN_ENV = KVT_TEST_SCALE=4 OPENBLAS_NUM_THREADS=1
 
-# asan: the suite under AddressSanitizer and UBSan
+# asan: the suite under AddressSanitizer and UBSan (without the CUDA
+# plug-in: its tests skip there)
 asan: deps-check
-	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/asan SAN=address,undefined OPT=-O1 test
+	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/asan SAN=address,undefined OPT=-O1 CUDA=0 test
 
-# tsan: the suite under ThreadSanitizer
+# tsan: the suite under ThreadSanitizer (without the CUDA plug-in)
 tsan: deps-check
-	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 test
+	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 CUDA=0 test
 
 # clean: remove build/
 clean:
@@ -165,5 +220,5 @@ clean:
 help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
--include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
+-include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(BUILD)/tests/emu_backend.d $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
 	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c)) $(BUILD)/tools/kvtctl.d

@@ -79,6 +79,7 @@ static int plugin_load(const char *name, const struct kvt_backend_plugin **out, 
 	char dir[PATH_MAX], cand[3][PATH_MAX], file[64], tried[1024] = "";
 	const char *env = getenv("KVT_PLUGIN_DIR");
 	const struct kvt_backend_plugin *pl;
+	const char *where = file;	/* what was loaded */
 	void *h = NULL;
 	int n = 0;
 
@@ -101,6 +102,7 @@ static int plugin_load(const char *name, const struct kvt_backend_plugin **out, 
 		if (access(cand[i], F_OK))
 			continue;
 		h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+		where = cand[i];
 		if (!h) {
 			const char *e = dlerror();
 			say(why, whylen, "%s: cannot load %s: %s%s", name, cand[i], e ? e : "?",
@@ -129,18 +131,18 @@ static int plugin_load(const char *name, const struct kvt_backend_plugin **out, 
 	}
 	pl = dlsym(h, KVT_PLUGIN_SYMBOL);
 	if (!pl) {
-		say(why, whylen, "%s: %s exports no %s: not a kvtier backend", name, file,
+		say(why, whylen, "%s: %s exports no %s: not a kvtier backend", name, where,
 		    KVT_PLUGIN_SYMBOL);
 		goto refuse;
 	}
 	if (pl->abi != KVT_PLUGIN_ABI || pl->size < sizeof(*pl)) {
 		say(why, whylen, "%s: %s was built for plug-in ABI %u (size %u), this libkvt "
-		    "takes ABI %u (size %zu): rebuild it", name, file, pl->abi, pl->size,
+		    "takes ABI %u (size %zu): rebuild it", name, where, pl->abi, pl->size,
 		    KVT_PLUGIN_ABI, sizeof(*pl));
 		goto refuse;
 	}
 	if (!pl->name || strcmp(pl->name, name) || !pl->open) {
-		say(why, whylen, "%s: %s calls itself \"%s\"", name, file,
+		say(why, whylen, "%s: %s calls itself \"%s\"", name, where,
 		    pl->name ? pl->name : "(null)");
 		goto refuse;
 	}

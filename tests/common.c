@@ -50,14 +50,36 @@ void t_config(struct kvt_config *cfg, unsigned layers, unsigned fast_pages,
 	cfg->log_arg = NULL;
 }
 
-struct kvt_pager *t_open(const struct kvt_config *cfg, struct kvt_device **dev)
+/* Backend plug-ins (the tests' emu, the CUDA one) live in the build
+ * folder, above the tests' own: look there unless told otherwise. */
+__attribute__((constructor)) static void plugin_dir(void)
+{
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 4);
+
+	if (getenv("KVT_PLUGIN_DIR") || n <= 0)
+		return;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	strcpy(slash, "/..");
+	setenv("KVT_PLUGIN_DIR", exe, 0);
+}
+
+struct kvt_device *t_dev;
+
+struct kvt_pager *t_open_dev(const struct kvt_config *cfg, const char *name,
+			     struct kvt_device **dev)
 {
 	struct kvt_pager *p;
-	int r = kvt_device_open("cpu", 0, dev);
+	char why[512];
+	int r = kvt_device_open_why(name, 0, dev, why, sizeof(why));
 	if (r) {
-		fprintf(stderr, "kvt_device_open: %s\n", strerror(-r));
+		fprintf(stderr, "kvt_device_open(%s): %s: %s\n", name, strerror(-r), why);
 		exit(1);
 	}
+	t_dev = *dev;
 	r = kvt_pager_open(cfg, *dev, &p);
 	if (r == -EOPNOTSUPP || r == -ENOSYS)
 		SKIP("pager needs io_uring here: %s", strerror(-r));
@@ -68,9 +90,16 @@ struct kvt_pager *t_open(const struct kvt_config *cfg, struct kvt_device **dev)
 	return p;
 }
 
+struct kvt_pager *t_open(const struct kvt_config *cfg, struct kvt_device **dev)
+{
+	return t_open_dev(cfg, "cpu", dev);
+}
+
 void t_close(struct kvt_pager *p, struct kvt_device *dev)
 {
-	kvt_pager_close(p);
+	CHECK_EQ(kvt_pager_close(p), 0);
+	if (t_dev == dev)
+		t_dev = NULL;
 	kvt_device_close(dev);
 }
 
@@ -119,19 +148,34 @@ int t_check_view(const struct kvt_config *cfg, uint32_t seed, unsigned layer,
 		 const struct kvt_view *vw)
 {
 	unsigned per = cfg->n_kv_heads * cfg->head_dim;
-	const float *k = vw->k, *v = vw->v;
 	unsigned tok0 = vw->page * cfg->page_tokens;
-	for (unsigned t = 0; t < vw->ntok; t++)
+	size_t bytes = (size_t)vw->ntok * per * sizeof(float);
+	float *k = malloc(bytes + 1), *v = malloc(bytes + 1);
+	int ret = 0;
+
+	CHECK(k && v);
+	/* The view may be device memory: read it as a runtime would. */
+	if (t_dev) {
+		CHECK_EQ(kvt_device_read(t_dev, k, vw->k, bytes), 0);
+		CHECK_EQ(kvt_device_read(t_dev, v, vw->v, bytes), 0);
+	} else {
+		memcpy(k, vw->k, bytes);
+		memcpy(v, vw->v, bytes);
+	}
+	for (unsigned t = 0; t < vw->ntok && !ret; t++)
 		for (unsigned i = 0; i < per; i++) {
 			float ek = val(seed, layer, tok0 + t, 0, i);
 			float ev = val(seed, layer, tok0 + t, 1, i);
 			if (memcmp(&k[t * per + i], &ek, 4) || memcmp(&v[t * per + i], &ev, 4)) {
 				fprintf(stderr, "layer %u page %u token %u elem %u differs (tier %u)\n",
 					layer, vw->page, tok0 + t, i, vw->tier);
-				return -1;
+				ret = -1;
+				break;
 			}
 		}
-	return 0;
+	free(k);
+	free(v);
+	return ret;
 }
 
 unsigned t_verify_seq(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,

@@ -27,6 +27,12 @@ void t_config(struct kvt_config *cfg, unsigned layers, unsigned fast_pages,
 /* Open a cpu device and a pager; exits 1 on failure, 77 when the NVMe tier
  * cannot be opened here. */
 struct kvt_pager *t_open(const struct kvt_config *cfg, struct kvt_device **dev);
+/* The same on the device called name ("cpu", or a plug-in: "emu" is the
+ * tests' emulated GPU). */
+struct kvt_pager *t_open_dev(const struct kvt_config *cfg, const char *name,
+			     struct kvt_device **dev);
+/* The device t_open last opened: t_check_view reads views through it. */
+extern struct kvt_device *t_dev;
 void t_close(struct kvt_pager *p, struct kvt_device *dev);
 
 /* Deterministic token contents: the value of element i of K (kv = 0) or

@@ -289,7 +289,10 @@ int main(void)
 		pthread_join(rd[i], NULL);
 	CHECK(passes >= NSEQ);
 
-	/* Back to the sizes at open; every shrink completes. */
+	/* Back to the sizes at open; every shrink completes. The readers'
+	 * last prefetches may still be landing: those pages are MOVING, and
+	 * a shrink refuses to count on their frames. */
+	t_quiesce(P);
 	snprintf(req, sizeof(req), "set tier.fast.bytes=%llu", (unsigned long long)(32 * pb));
 	char *r = ask(c, req);
 	ok_or(req, r, NULL);

@@ -403,6 +403,17 @@ static void t_close_cases(int in_place)
 	verify2(p, a, &cfg, 3, 150, 3, 150);
 	CHECK_EQ(kvt_seq_close(p, a), 0);
 	check_empty(p);
+
+	/* A batch still held keeps the pager open: closing it would leave
+	 * the release to freed memory. */
+	CHECK_EQ(kvt_seq_open(p, &a), 0);
+	t_append(p, a, &cfg, 4, 0, 9);
+	CHECK_EQ(kvt_acquire(p, a, 1, NULL, 0, &b), 0);
+	CHECK_EQ(kvt_batch_next(b, &v), 1);
+	CHECK_EQ(kvt_pager_close(p), -EBUSY);
+	CHECK(t_check_view(&cfg, 4, 1, &v) == 0);
+	kvt_batch_release(b);
+	CHECK_EQ(kvt_seq_close(p, a), 0);
 	t_close(p, dev);
 }
 

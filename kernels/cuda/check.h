@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One check for every CUDA and cuBLAS call of the plug-in: a failure is
+ * logged through the device's log with the statement, file, line and the
+ * error's name and text, and becomes -EIO (-ENOMEM for an allocation
+ * that found no memory). Nothing here aborts: a device error fails the
+ * call that met it, and the runtime ends the sessions of that step.
+ */
+#ifndef KVT_KERNELS_CUDA_CHECK_H
+#define KVT_KERNELS_CUDA_CHECK_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/device.h"
+
+/* kvt_dev_log for the plug-in, which calls nothing in libkvt. */
+static inline void cu_log(struct kvt_device *dev, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static inline void cu_log(struct kvt_device *dev, int level, const char *fmt, ...)
+{
+	kvt_log_fn fn = dev ? __atomic_load_n(&dev->log, __ATOMIC_ACQUIRE) : NULL;
+	char msg[512];
+	va_list ap;
+
+	if (!fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fn(dev->log_arg, level, msg);
+}
+
+static inline int cu_check(struct kvt_device *dev, cudaError_t e, const char *what,
+			   const char *file, int line)
+{
+	if (e == cudaSuccess)
+		return 0;
+	cu_log(dev, KVT_LOG_ERROR, "cuda: %s:%d: %s: %s (%s)", file, line, what,
+	       cudaGetErrorString(e), cudaGetErrorName(e));
+	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
+static inline int cublas_check(struct kvt_device *dev, cublasStatus_t s, const char *what,
+			       const char *file, int line)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	cu_log(dev, KVT_LOG_ERROR, "cublas: %s:%d: %s: %s (%d)", file, line, what,
+	       cublasGetStatusString(s), (int)s);
+	return s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
+}
+
+/* CU(dev, call): 0 or -errno, the failure logged. */
+#define CU(dev, call)	  cu_check((dev), (call), #call, __FILE__, __LINE__)
+#define CUBLAS(dev, call) cublas_check((dev), (call), #call, __FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,665 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA kernels of the plug-in (kernels.h): one kernel per operation,
+ * each behind a C launcher that checks its arguments, queues the kernel
+ * on the stream given and returns the launch's error.
+ *
+ * The numerics follow the cpu kernels (kernels/cpu/kernels.c) so that the
+ * two backends compare element by element: f32 arithmetic in the same
+ * order where it is elementwise (products and sums written with the _rn
+ * intrinsics where nvcc would otherwise fuse them into an FMA that the
+ * portable C does not do), the RMSNorm sum of squares and the RoPE angle
+ * in double, f16 and bf16 rounded to nearest even.
+ *
+ * Sizes that can pass 2^31 are size_t; elementwise kernels walk their
+ * range with a grid-stride loop, so a grid of any size covers it and the
+ * grid can be capped. A call with nothing to do launches nothing and
+ * returns cudaSuccess; bad arguments return cudaErrorInvalidValue before
+ * anything is launched.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/kernels.h"
+
+#define EW_THREADS	256		/* threads per block of the elementwise kernels */
+#define EW_MAX_BLOCKS	(1u << 20)	/* grid cap: the grid-stride loops cover the rest */
+#define ROW_MAX_BLOCKS	65535u		/* grid cap of the one-block-per-row kernels */
+
+/* Blocks for n elements, one per EW_THREADS of them, capped. */
+static unsigned ew_blocks(size_t n)
+{
+	size_t b = (n + EW_THREADS - 1) / EW_THREADS;
+
+	return b > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : (unsigned)b;
+}
+
+/* The grid-stride loop: every thread of the grid, index i, from its own
+ * global index on. */
+#define GRID_STRIDE(i, n)                                                               \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);         \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* Sum over the 32 lanes of a warp; every lane gets the same bits (each
+ * step adds the same two values, in either order, on both lanes). */
+__device__ __forceinline__ float warp_sum(float v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+__device__ __forceinline__ unsigned warp_xor(unsigned v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v ^= __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+/* ---- RMSNorm ---- */
+
+#define RMS_THREADS	256
+#define RMS_WARPS	(RMS_THREADS / 32)
+
+/*
+ * One block per row (grid-stride over rows), RMS_THREADS threads over the
+ * row's n values: each thread sums the squares of its values in double,
+ * the block adds the threads' sums (in a fixed order), thread 0 computes
+ * r as the cpu kernel does, and each thread scales the values it read.
+ * A thread writes only values it read itself, so out may be x (idx NULL).
+ */
+static __global__ void __launch_bounds__(RMS_THREADS)
+rmsnorm_kernel(float *out, const float *x, const uint32_t *idx, unsigned rows, unsigned n,
+	       const float *w, float eps)
+{
+	__shared__ double wsum[RMS_WARPS];
+	__shared__ float r_sh;
+	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+	for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {
+		const float *xr = x + (size_t)(idx ? idx[row] : row) * n;
+		float *orow = out + row * n;
+		double ss = 0;
+		float r;
+
+		/* (double)x * x is exact in double, so FMA or not, the same. */
+		for (unsigned i = threadIdx.x; i < n; i += RMS_THREADS)
+			ss += (double)xr[i] * xr[i];
+		ss = warp_sum_d(ss);
+		if (lane == 0)
+			wsum[warp] = ss;
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			double t = 0;
+
+			for (int k = 0; k < RMS_WARPS; k++)
+				t += wsum[k];
+			r_sh = (float)(1.0 / sqrt(t / n + eps));
+		}
+		__syncthreads();
+		r = r_sh;
+		for (unsigned i = threadIdx.x; i < n; i += RMS_THREADS)
+			orow[i] = __fmul_rn(__fmul_rn(xr[i], r), w[i]);
+		/* wsum and r_sh are written again for the next row. */
+		__syncthreads();
+	}
+}
+
+extern "C" int kvt_cu_rmsnorm(cudaStream_t st, float *out, const float *x, const uint32_t *idx,
+			      unsigned rows, unsigned n, const float *w, float eps)
+{
+	unsigned blocks;
+
+	if (!rows || !n)
+		return cudaSuccess;
+	if (!out || !x || !w)
+		return cudaErrorInvalidValue;
+	blocks = rows > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : rows;
+	rmsnorm_kernel<<<blocks, RMS_THREADS, 0, st>>>(out, x, idx, rows, n, w, eps);
+	return (int)cudaGetLastError();
+}
+
+/* ---- RoPE ---- */
+
+/*
+ * One thread per (row, head, pair i < npair), grid-stride, i fastest: the
+ * angle pos[r] * inv_freq[i] and its sine and cosine in double, rounded
+ * to f32, then the rotation in f32 without FMA, as the cpu kernel does.
+ */
+static __global__ void __launch_bounds__(EW_THREADS)
+rope_kernel(float *x, size_t total, unsigned n_heads, unsigned head_dim, unsigned npair,
+	    const uint32_t *pos, const double *inv_freq)
+{
+	GRID_STRIDE(e, total) {
+		size_t rh = e / npair;		/* row * n_heads + head */
+		unsigned i = (unsigned)(e % npair);
+		size_t r = rh / n_heads;
+		float *p = x + rh * head_dim + 2 * (size_t)i;
+		double sd, cd;
+		float c, s, x0 = p[0], x1 = p[1];
+
+		sincos((double)pos[r] * inv_freq[i], &sd, &cd);
+		c = (float)cd;
+		s = (float)sd;
+		p[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+		p[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+	}
+}
+
+extern "C" int kvt_cu_rope(cudaStream_t st, float *x, unsigned rows, unsigned n_heads,
+			   unsigned head_dim, unsigned rope_dim, const uint32_t *pos,
+			   const double *inv_freq)
+{
+	unsigned npair;
+	size_t total;
+
+	if (rope_dim > head_dim)
+		rope_dim = head_dim;
+	npair = rope_dim / 2;
+	total = (size_t)rows * n_heads * npair;
+	if (!total)
+		return cudaSuccess;
+	if (!x || !pos || !inv_freq)
+		return cudaErrorInvalidValue;
+	rope_kernel<<<ew_blocks(total), EW_THREADS, 0, st>>>(x, total, n_heads, head_dim, npair,
+							    pos, inv_freq);
+	return (int)cudaGetLastError();
+}
+
+/* ---- SwiGLU, add ---- */
+
+/* One thread per value, grid-stride. */
+static __global__ void __launch_bounds__(EW_THREADS)
+swiglu_kernel(float *g, const float *u, size_t n)
+{
+	GRID_STRIDE(i, n) {
+		float gv = g[i];
+
+		g[i] = gv / (1.0f + expf(-gv)) * u[i];
+	}
+}
+
+extern "C" int kvt_cu_swiglu(cudaStream_t st, float *g, const float *u, size_t n)
+{
+	if (!n)
+		return cudaSuccess;
+	if (!g || !u)
+		return cudaErrorInvalidValue;
+	swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(g, u, n);
+	return (int)cudaGetLastError();
+}
+
+/* One thread per value, grid-stride. */
+static __global__ void __launch_bounds__(EW_THREADS)
+add_kernel(float *x, const float *y, size_t n)
+{
+	GRID_STRIDE(i, n)
+		x[i] += y[i];
+}
+
+extern "C" int kvt_cu_add(cudaStream_t st, float *x, const float *y, size_t n)
+{
+	if (!n)
+		return cudaSuccess;
+	if (!x || !y)
+		return cudaErrorInvalidValue;
+	add_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(x, y, n);
+	return (int)cudaGetLastError();
+}
+
+/* ---- conversions ---- */
+
+/* One thread per value, grid-stride. */
+static __global__ void __launch_bounds__(EW_THREADS)
+f32_to_f16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+	GRID_STRIDE(i, n)
+		dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+static __global__ void __launch_bounds__(EW_THREADS)
+f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+	GRID_STRIDE(i, n)
+		dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+/* One thread per output value (32 per block of Q8_0), grid-stride. The
+ * scale is read a byte at a time: blocks are 34 bytes, so src may be only
+ * 2-aligned (or less), and the bytes are little-endian whatever we run on
+ * (the device is little-endian; this says so). */
+static __global__ void __launch_bounds__(EW_THREADS)
+q8_0_to_f16_kernel(uint16_t *dst, const uint8_t *src, size_t n)
+{
+	GRID_STRIDE(i, n) {
+		const uint8_t *blk = src + i / 32 * 34;
+		unsigned short dbits = (unsigned short)(blk[0] | (unsigned)blk[1] << 8);
+		float d = __half2float(__ushort_as_half(dbits));
+		float q = (float)(int8_t)blk[2 + i % 32];
+
+		dst[i] = __half_as_ushort(__float2half_rn(__fmul_rn(d, q)));
+	}
+}
+
+extern "C" int kvt_cu_f32_to_f16(cudaStream_t st, uint16_t *dst, const float *src, size_t n)
+{
+	if (!n)
+		return cudaSuccess;
+	if (!dst || !src)
+		return cudaErrorInvalidValue;
+	f32_to_f16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int kvt_cu_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src, size_t n)
+{
+	if (!n)
+		return cudaSuccess;
+	if (!dst || !src)
+		return cudaErrorInvalidValue;
+	f32_to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int kvt_cu_q8_0_to_f16(cudaStream_t st, uint16_t *dst, const uint8_t *src,
+				  size_t n_blocks)
+{
+	size_t n;
+
+	if (!n_blocks)
+		return cudaSuccess;
+	if (!dst || !src || n_blocks > SIZE_MAX / 34)
+		return cudaErrorInvalidValue;
+	n = n_blocks * 32;
+	q8_0_to_f16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
+	return (int)cudaGetLastError();
+}
+
+/* ---- paged attention ---- */
+
+#define ATT_WARPS	4		/* warps per block; warp w takes tokens t % 4 == w */
+#define ATT_THREADS	(ATT_WARPS * 32)
+#define ATT_QMAX	8		/* query vectors per block */
+#define ATT_DPL_MAX	8		/* dims per lane: head_dim <= 256 */
+#define MERGE_THREADS	128
+
+__device__ __forceinline__ float kv_f32(float v)
+{
+	return v;
+}
+
+__device__ __forceinline__ float kv_f32(__half v)
+{
+	return __half2float(v);
+}
+
+/* Tokens of a page of ntok tokens at pos0 that a query at qpos sees: t is
+ * seen iff pos0 + t <= qpos, i.e. t < visible(), without overflow. */
+__device__ __forceinline__ unsigned visible(uint32_t qpos, uint32_t pos0, unsigned ntok)
+{
+	if (qpos < pos0)
+		return 0;
+	return qpos - pos0 >= ntok ? ntok : qpos - pos0 + 1;
+}
+
+/*
+ * One part of one call: pages [part * per_part, min(n_pages, (part + 1) *
+ * per_part)) folded into partial slot part0 + part.
+ *
+ * Grid: x = part (gridDim.x = nsplit), y = KV head g, z = tile of query
+ * vectors (grid-stride over ntiles tiles, so gridDim.z may be capped).
+ * Query vector j (of KV head g) is row r = j / G, query head h = g G +
+ * j % G; tile z holds j in [8 z, 8 z + 8) below rows * G.
+ *
+ * Block: ATT_WARPS warps. Every warp holds the state of all of the tile's
+ * query vectors (q scaled, running max m, sum l, output o) and walks every
+ * page of the part, taking the tokens t with t % ATT_WARPS == warp id;
+ * lane l holds dims d = l + 32 i, i < DPL. A token's score is the
+ * warp-reduced dot product, so it and every branch on it are the same in
+ * all lanes. At the end the warps' states are folded through shared
+ * memory, the block's threads spread over (vector, dim).
+ */
+template <int DPL, typename KV>
+static __global__ void __launch_bounds__(ATT_THREADS)
+attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, unsigned n_pages,
+		  unsigned per_part, unsigned part0, size_t ntiles)
+{
+	__shared__ float sh_o[ATT_WARPS][ATT_QMAX][DPL * 32];
+	__shared__ float sh_m[ATT_WARPS][ATT_QMAX], sh_l[ATT_WARPS][ATT_QMAX];
+	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const unsigned part = blockIdx.x, g = blockIdx.y, hd = a.head_dim;
+	const unsigned G = a.n_head / a.n_kv_heads;
+	const size_t nq = (size_t)a.rows * G, kv_row = (size_t)a.n_kv_heads * hd;
+	/* part < nsplit, so p_begin < n_pages; the end is written so that
+	 * (part + 1) * per_part cannot wrap. */
+	const unsigned p_begin = part * per_part;
+	const unsigned p_end = n_pages - p_begin > per_part ? p_begin + per_part : n_pages;
+	const size_t slot = (size_t)part0 + part;
+
+	for (size_t tile = blockIdx.z; tile < ntiles; tile += gridDim.z) {
+		const size_t j0 = tile * ATT_QMAX;
+		const unsigned nj = nq - j0 < ATT_QMAX ? (unsigned)(nq - j0) : ATT_QMAX;
+		float qreg[ATT_QMAX][DPL], o[ATT_QMAX][DPL], m[ATT_QMAX], l[ATT_QMAX];
+		uint32_t qp[ATT_QMAX];
+
+		/* The loops over j and i are unrolled so that the arrays stay
+		 * in registers; j < nj is the same in every thread. */
+#pragma unroll
+		for (int j = 0; j < ATT_QMAX; j++) {
+			m[j] = -INFINITY;
+			l[j] = 0.0f;
+			qp[j] = 0;
+#pragma unroll
+			for (int i = 0; i < DPL; i++) {
+				o[j][i] = 0.0f;
+				qreg[j][i] = 0.0f;	/* dims past head_dim stay 0 */
+			}
+			if ((unsigned)j < nj) {
+				const size_t jj = j0 + j, r = jj / G;
+				const unsigned h = g * G + (unsigned)(jj % G);
+				const float *qv = a.q + (r * a.n_head + h) * hd;
+
+				qp[j] = a.qpos[r];
+#pragma unroll
+				for (int i = 0; i < DPL; i++) {
+					unsigned d = lane + 32 * i;
+
+					if (d < hd)
+						qreg[j][i] = qv[d] * a.scale;
+				}
+			}
+		}
+
+		for (unsigned p = p_begin; p < p_end; p++) {
+			const struct kvt_cu_page pg = pages[p];
+			const KV *kb = (const KV *)pg.k + (size_t)g * hd;
+			const KV *vb = (const KV *)pg.v + (size_t)g * hd;
+			unsigned nv[ATT_QMAX], tmax = 0;
+
+			/* No token at or past tmax is seen by any vector of
+			 * the tile: a causal page ends early. */
+#pragma unroll
+			for (int j = 0; j < ATT_QMAX; j++) {
+				nv[j] = (unsigned)j < nj ? visible(qp[j], pg.pos0, pg.ntok) : 0;
+				tmax = nv[j] > tmax ? nv[j] : tmax;
+			}
+			for (unsigned t = warp; t < tmax; t += ATT_WARPS) {
+				const KV *kr = kb + (size_t)t * kv_row;
+				const KV *vr = vb + (size_t)t * kv_row;
+				float kf[DPL], vf[DPL];
+
+#pragma unroll
+				for (int i = 0; i < DPL; i++) {
+					unsigned d = lane + 32 * i;
+
+					kf[i] = d < hd ? kv_f32(kr[d]) : 0.0f;
+					vf[i] = d < hd ? kv_f32(vr[d]) : 0.0f;
+				}
+#pragma unroll
+				for (int j = 0; j < ATT_QMAX; j++) {
+					float s = 0.0f;
+
+					if ((unsigned)j >= nj)
+						continue;
+#pragma unroll
+					for (int i = 0; i < DPL; i++)
+						s += qreg[j][i] * kf[i];
+					s = warp_sum(s);
+					if (t >= nv[j])
+						continue;	/* not visible to row j / G */
+					if (s > m[j]) {
+						/* new max: rescale the old state; m = -inf
+						 * gives c = 0 (and l, o are 0 then) */
+						float c = expf(m[j] - s);
+
+						l[j] = l[j] * c + 1.0f;
+#pragma unroll
+						for (int i = 0; i < DPL; i++)
+							o[j][i] = o[j][i] * c + vf[i];
+						m[j] = s;
+					} else {
+						float e = expf(s - m[j]);
+
+						l[j] += e;
+#pragma unroll
+						for (int i = 0; i < DPL; i++)
+							o[j][i] += e * vf[i];
+					}
+				}
+			}
+		}
+
+		/* Fold the warps: every warp's state to shared memory. */
+#pragma unroll
+		for (int j = 0; j < ATT_QMAX; j++) {
+#pragma unroll
+			for (int i = 0; i < DPL; i++)
+				sh_o[warp][j][lane + 32 * i] = o[j][i];
+			if (lane == 0) {
+				sh_m[warp][j] = m[j];
+				sh_l[warp][j] = l[j];
+			}
+		}
+		__syncthreads();
+		for (unsigned e = threadIdx.x; e < nj * hd; e += ATT_THREADS) {
+			const unsigned j = e / hd, d = e % hd;
+			const size_t jj = j0 + j, r = jj / G;
+			const unsigned h = g * G + (unsigned)(jj % G);
+			const size_t rh = (slot * a.rows + r) * a.n_head + h;
+			float M = -INFINITY, L = 0.0f, O = 0.0f;
+
+			for (int w = 0; w < ATT_WARPS; w++)
+				M = sh_m[w][j] > M ? sh_m[w][j] : M;
+			/* M = -inf: nothing seen, m = -inf, l = 0, o = 0. */
+			if (M != -INFINITY)
+				for (int w = 0; w < ATT_WARPS; w++) {
+					float mw = sh_m[w][j], c;
+
+					if (mw == -INFINITY)
+						continue;
+					c = expf(mw - M);
+					L += sh_l[w][j] * c;
+					O += sh_o[w][j][d] * c;
+				}
+			a.po[rh * hd + d] = O;
+			if (d == 0) {
+				a.pm[rh] = M;
+				a.pl[rh] = L;
+			}
+		}
+		/* The shared arrays are written again for the next tile. */
+		__syncthreads();
+	}
+}
+
+template <typename KV>
+static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const struct kvt_cu_attn *a,
+			      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
+			      unsigned part0, size_t ntiles)
+{
+	switch (dpl) {
+#define CASE(N)                                                                         \
+	case N:                                                                         \
+		attn_pages_kernel<N, KV><<<grid, ATT_THREADS, 0, st>>>(*a, pages, n_pages,  \
+									per_part, part0, ntiles); \
+		break;
+	CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+	}
+}
+
+extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
+				 const struct kvt_cu_page *pages, unsigned n_pages,
+				 unsigned per_part, unsigned part0)
+{
+	size_t nsplit, ntiles;
+	unsigned dpl;
+	dim3 grid;
+
+	if (!a || !a->head_dim || a->head_dim > 32 * ATT_DPL_MAX || !a->n_kv_heads ||
+	    a->n_head % a->n_kv_heads || a->n_kv_heads > 65535 ||
+	    (a->kv_type != 0 && a->kv_type != 1))
+		return cudaErrorInvalidValue;
+	if (!n_pages)
+		return cudaSuccess;
+	if (!per_part || !pages)
+		return cudaErrorInvalidValue;
+	nsplit = n_pages / per_part + (n_pages % per_part != 0);
+	if ((size_t)part0 + nsplit > a->parts_cap || nsplit > 0x7fffffff)
+		return cudaErrorInvalidValue;
+	ntiles = ((size_t)a->rows * (a->n_head / a->n_kv_heads) + ATT_QMAX - 1) / ATT_QMAX;
+	if (!ntiles)
+		return cudaSuccess;		/* no rows or no heads: nothing to write */
+	if (!a->q || !a->qpos || !a->pm || !a->pl || !a->po)
+		return cudaErrorInvalidValue;
+	dpl = (a->head_dim + 31) / 32;
+	/* The z tiles are walked grid-stride: 65535 blocks is the limit in z. */
+	grid = dim3((unsigned)nsplit, a->n_kv_heads,
+		    ntiles > 65535 ? 65535u : (unsigned)ntiles);
+	if (a->kv_type == 0)
+		attn_pages_launch<__half>(st, grid, dpl, a, pages, n_pages, per_part, part0,
+					  ntiles);
+	else
+		attn_pages_launch<float>(st, grid, dpl, a, pages, n_pages, per_part, part0, ntiles);
+	return (int)cudaGetLastError();
+}
+
+/*
+ * One block per (row, head) index rh = r n_head + h (grid-stride over
+ * them), MERGE_THREADS threads over the dims. Every thread computes M and
+ * L over the parts itself, then the dims it owns. Written back into part
+ * 0 (out NULL), a thread overwrites only the o values it read, and m and
+ * l of part 0 are written by thread 0 after a barrier that every thread
+ * passes only once it has read them.
+ */
+static __global__ void __launch_bounds__(MERGE_THREADS)
+attn_merge_kernel(const struct kvt_cu_attn a, unsigned n_parts, float *out)
+{
+	const size_t nh = (size_t)a.rows * a.n_head;
+	const unsigned hd = a.head_dim;
+
+	for (size_t rh = blockIdx.x; rh < nh; rh += gridDim.x) {
+		float M = -INFINITY, L = 0.0f;
+
+		for (unsigned p = 0; p < n_parts; p++) {
+			float mp = a.pm[p * nh + rh];
+
+			M = mp > M ? mp : M;
+		}
+		if (M != -INFINITY)
+			for (unsigned p = 0; p < n_parts; p++) {
+				float mp = a.pm[p * nh + rh];
+
+				if (mp != -INFINITY)
+					L += a.pl[p * nh + rh] * expf(mp - M);
+			}
+		for (unsigned d = threadIdx.x; d < hd; d += MERGE_THREADS) {
+			float O = 0.0f;
+
+			if (M != -INFINITY)
+				for (unsigned p = 0; p < n_parts; p++) {
+					float mp = a.pm[p * nh + rh];
+
+					if (mp != -INFINITY)
+						O += a.po[(p * nh + rh) * hd + d] * expf(mp - M);
+				}
+			if (out)
+				out[rh * hd + d] = L > 0.0f ? O / L : 0.0f;
+			else
+				a.po[rh * hd + d] = O;
+		}
+		if (!out) {		/* the same in every thread */
+			__syncthreads();
+			if (threadIdx.x == 0) {
+				a.pm[rh] = M;
+				a.pl[rh] = L;
+			}
+		}
+	}
+}
+
+extern "C" int kvt_cu_attn_merge(cudaStream_t st, const struct kvt_cu_attn *a, unsigned n_parts,
+				 float *out)
+{
+	size_t nh;
+	unsigned blocks;
+
+	if (!a || n_parts > a->parts_cap)
+		return cudaErrorInvalidValue;
+	nh = (size_t)a->rows * a->n_head;
+	/* Nothing to merge, nowhere to write, or no parts to fold back
+	 * into part 0: nothing to do. */
+	if (!nh || (!out && !n_parts) || (out && !a->head_dim))
+		return cudaSuccess;
+	if (n_parts && (!a->pm || !a->pl || !a->po))
+		return cudaErrorInvalidValue;
+	blocks = nh > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : (unsigned)nh;
+	attn_merge_kernel<<<blocks, MERGE_THREADS, 0, st>>>(*a, n_parts, out);
+	return (int)cudaGetLastError();
+}
+
+/* ---- in-place read rate ---- */
+
+#define READ_THREADS	256
+#define READ_WARPS	(READ_THREADS / 32)
+
+/*
+ * blocks x READ_THREADS threads, grid-stride over the 16-byte words, four
+ * loads in flight per thread. The words are xor-folded (every bit of the
+ * input flips the result), folded over the block, and each block xors
+ * its fold into the bits of *sink: the result depends on every load, so
+ * none can be dropped, at one atomic per block.
+ */
+static __global__ void __launch_bounds__(READ_THREADS)
+read_kernel(const uint4 *src, size_t n, unsigned *sink)
+{
+	__shared__ unsigned wx[READ_WARPS];
+	const size_t stride = (size_t)gridDim.x * READ_THREADS;
+	size_t i = (size_t)blockIdx.x * READ_THREADS + threadIdx.x;
+	unsigned acc = 0;
+
+	for (; i + 3 * stride < n; i += 4 * stride) {
+		uint4 v0 = src[i], v1 = src[i + stride], v2 = src[i + 2 * stride];
+		uint4 v3 = src[i + 3 * stride];
+
+		acc ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
+		acc ^= v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+	}
+	for (; i < n; i += stride) {
+		uint4 v = src[i];
+
+		acc ^= v.x ^ v.y ^ v.z ^ v.w;
+	}
+	acc = warp_xor(acc);
+	if (threadIdx.x % 32 == 0)
+		wx[threadIdx.x / 32] = acc;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		for (int w = 1; w < READ_WARPS; w++)
+			acc ^= wx[w];
+		atomicXor(sink, acc);
+	}
+}
+
+extern "C" int kvt_cu_read(cudaStream_t st, const void *src, size_t bytes, unsigned blocks,
+			   float *sink)
+{
+	if (!bytes)
+		return cudaSuccess;
+	if (!src || !sink || !blocks || bytes % 16 || (uintptr_t)src % 16 || blocks > 0x7fffffff)
+		return cudaErrorInvalidValue;
+	/* *sink is a float to the caller; only its bits matter here. */
+	read_kernel<<<blocks, READ_THREADS, 0, st>>>((const uint4 *)src, bytes / 16,
+						     (unsigned *)sink);
+	return (int)cudaGetLastError();
+}
