@@ -226,6 +226,11 @@ static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
 			(unsigned long long)ts->hits, (unsigned long long)ts->misses,
 			(unsigned long long)ts->bytes_in, (unsigned long long)ts->bytes_out);
 	}
+	out_fmt(c, "device: %s (%s), fast tier %.1f MiB; copies up %.1f MB in %.1f ms, down "
+		"%.1f MB in %.1f ms; kernels %.1f ms", st->dev.name, st->dev.desc,
+		(double)st->fast_alloc_bytes / (1 << 20), (double)st->dev.copy_bytes[KVT_DEV_H2D] / 1e6,
+		(double)st->dev.copy_ns[KVT_DEV_H2D] / 1e6, (double)st->dev.copy_bytes[KVT_DEV_D2H] / 1e6,
+		(double)st->dev.copy_ns[KVT_DEV_D2H] / 1e6, (double)st->dev.kernel_ns / 1e6);
 	out_fmt(c, "prefetch: issued %llu, hit %llu, late %llu, wasted %llu, dropped %llu",
 		(unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_hit,
 		(unsigned long long)st->prefetch_late, (unsigned long long)st->prefetch_wasted,

@@ -170,6 +170,19 @@ static const struct metric pager_metrics[] = {
 	{ "kvt_metadata_bytes", "gauge",
 	  "The pager's own bookkeeping: page table, frame maps, policy metadata.",
 	  S(meta_bytes), V_U64 },
+	{ "kvt_device_memory_bytes", "gauge",
+	  "Memory of the device (0 where the fast tier is host memory).", S(dev.mem_total), V_U64 },
+	{ "kvt_device_memory_free_bytes", "gauge",
+	  "Device memory free when the stats were taken.", S(dev.mem_free), V_U64 },
+	{ "kvt_device_fast_tier_bytes", "gauge",
+	  "Device memory the fast tier holds (all its frames, reserved at open).",
+	  S(fast_alloc_bytes), V_U64 },
+	{ "kvt_device_kernel_seconds_total", "counter",
+	  "Time the device's compute stream was busy with kernels (and the small copies "
+	  "between them).", S(dev.kernel_ns), V_NS },
+	{ "kvt_device_host_in_place", "gauge",
+	  "1 if access.host_in_place = auto reads the host tier in place on this device.",
+	  S(dev.host_in_place), V_INT },
 };
 
 static const struct metric tier_metrics[] = {
@@ -292,6 +305,38 @@ static void latency_histogram(struct out *o, const struct kvt_stats *st)
 	}
 }
 
+/* What the device is (as labels of a 1), and its copies by direction. */
+static void device_metrics(struct out *o, const struct kvt_stats *st)
+{
+	static const char *const dir[KVT_DEV_DIRS] = { "h2d", "d2h", "d2d" };
+
+	family(o, "kvt_device_info", "gauge",
+	       "The device the pager runs on: its backend and description as labels, value 1.");
+	sample_open(o, "kvt_device_info", "backend", st->dev.name);
+	put(o, ",desc=\"");
+	put_escaped(o, st->dev.desc, 1);
+	put(o, "\"} 1\n");
+	family(o, "kvt_device_copies_total", "counter", "Device copies, by direction.");
+	for (int d = 0; d < KVT_DEV_DIRS; d++) {
+		sample_open(o, "kvt_device_copies_total", "dir", dir[d]);
+		put(o, "} %llu\n", (unsigned long long)st->dev.copies[d]);
+	}
+	family(o, "kvt_device_copy_bytes_total", "counter", "Bytes copied by the device, by direction.");
+	for (int d = 0; d < KVT_DEV_DIRS; d++) {
+		sample_open(o, "kvt_device_copy_bytes_total", "dir", dir[d]);
+		put(o, "} %llu\n", (unsigned long long)st->dev.copy_bytes[d]);
+	}
+	family(o, "kvt_device_copy_seconds_total", "counter",
+	       "Time each direction's copy engine was busy (device-to-device copies count under "
+	       "h2d, whose engine runs them).");
+	for (int d = 0; d < KVT_DEV_DIRS; d++) {
+		sample_open(o, "kvt_device_copy_seconds_total", "dir", dir[d]);
+		put(o, "} ");
+		put_seconds(o, st->dev.copy_ns[d]);
+		put(o, "\n");
+	}
+}
+
 KVT_API int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len)
 {
 	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
@@ -327,6 +372,7 @@ KVT_API int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t l
 		}
 	}
 	latency_histogram(&o, st);
+	device_metrics(&o, st);
 
 	if (!buf || o.pos >= len)
 		return -ENOSPC;

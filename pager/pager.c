@@ -1539,8 +1539,15 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		kvt_plog(p, KVT_LOG_INFO, "host tier: %s", p->host.notes);
 	if (dev->ops->register_host) {
 		r = dev->ops->register_host(dev->ctx, p->host.base, p->host.bytes);
-		if (r)
+		if (r && !dev->ops->host_visible && p->target == KVT_TIER_HOST) {
+			/* Kernels can read only registered host memory in place. */
+			p->target = KVT_TIER_FAST;
+			kvt_plog(p, KVT_LOG_WARN, "host tier: %s cannot register it (%s): pages are "
+				 "copied up, not read in place", dev->ops->name, strerror(-r));
+		} else if (r) {
 			kvt_plog(p, KVT_LOG_WARN, "host tier: device cannot register it: %s", strerror(-r));
+		}
+		r = 0;
 	}
 	if (p->last == KVT_TIER_NVME) {
 		struct kvt_nvme_opts o = {

@@ -98,6 +98,26 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	put(&o, "},\"trace\":{\"on\":%d,", st->trace_on);
 	U("records", st->trace_records);
 	put(&o, "\"dropped\":%llu", (unsigned long long)st->trace_dropped);
+	put(&o, "},\"device\":{\"name\":");
+	put_str(&o, st->dev.name);
+	put(&o, ",\"desc\":");
+	put_str(&o, st->dev.desc);
+	put(&o, ",");
+	U("mem_total", st->dev.mem_total);
+	U("mem_free", st->dev.mem_free);
+	U("fast_alloc_bytes", st->fast_alloc_bytes);
+	put(&o, "\"numa_node\":%d,\"host_addressable\":%d,\"host_in_place\":%d,"
+		"\"in_place_gbps\":%.3f,\"copy_up_gbps\":%.3f,", st->dev.numa_node,
+	    st->dev.host_addressable, st->dev.host_in_place, st->dev.in_place_gbps,
+	    st->dev.copy_up_gbps);
+	U("kernel_ns", st->dev.kernel_ns);
+	static const char *const dir[KVT_DEV_DIRS] = { "h2d", "d2h", "d2d" };
+	put(&o, "\"copies\":{");
+	for (int d = 0; d < KVT_DEV_DIRS; d++)
+		put(&o, "%s\"%s\":{\"count\":%llu,\"bytes\":%llu,\"ns\":%llu}", d ? "," : "",
+		    dir[d], (unsigned long long)st->dev.copies[d],
+		    (unsigned long long)st->dev.copy_bytes[d], (unsigned long long)st->dev.copy_ns[d]);
+	put(&o, "}");
 	put(&o, "},\"tiers\":{");
 	for (int t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_stats *ts = &st->tier[t];

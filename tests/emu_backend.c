@@ -15,8 +15,9 @@
  *   from KVT_EMU_SEED, none with KVT_EMU_DELAY=0). A page released, an
  *   input changed or a result read before sync() then shows as a wrong
  *   number or a sanitizer report.
- * - The host tier can be read in place (host_addressable); whether auto
- *   does is KVT_EMU_IN_PLACE (default 1).
+ * - The host tier can be read in place (host_addressable) once it is
+ *   registered; whether auto does is KVT_EMU_IN_PLACE (default 1), and
+ *   KVT_EMU_REGISTER_FAIL refuses the registration.
  *
  * The kernels are the cpu kernels (kernels/cpu/kernels.c, linked into the
  * plug-in), so results equal the cpu backend's up to the order in which
@@ -199,9 +200,11 @@ static void emu_free(void *ctx, void *p, size_t bytes)
 		free(raw(p));
 }
 
+/* KVT_EMU_REGISTER_FAIL: registration refused (as cudaHostRegister is
+ * past the locked-memory limit), so the pager must not read in place. */
 static int emu_register(void *ctx, void *p, size_t bytes)
 {
-	return 0;
+	return getenv("KVT_EMU_REGISTER_FAIL") ? -ENOMEM : 0;
 }
 
 static void emu_unregister(void *ctx, void *p)

@@ -51,6 +51,8 @@ int    bench_make_file(const char *dir, uint64_t size, char *path, size_t len);
 int bench_io(int argc, char **argv);
 /* The inference runtime (tools/bench_infer.c). */
 int bench_decode(int argc, char **argv);
+/* kvt-bench attn (bench_attn.c) */
+int bench_attn(int argc, char **argv);
 int bench_resume(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_sim(int argc, char **argv);

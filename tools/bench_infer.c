@@ -529,8 +529,10 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 	g->cfg.log = bench_log;
 	if (kvt_config_validate(&g->cfg, err, sizeof(err)))
 		failmsg(o, err);
-	if ((r = kvt_device_open("cpu", 0, &g->dev)))
-		fail(o, "device", r);
+	/* device.name (--set device.name=cuda), auto by default. */
+	char why[512];
+	if ((r = kvt_device_open_why(g->cfg.device, g->cfg.copy_gbps, &g->dev, why, sizeof(why))))
+		failmsg(o, why);
 	if ((r = kvt_pager_open(&g->cfg, g->dev, &g->p)))
 		fail(o, "pager", r);
 	kvt_engine_params_default(&ep);

@@ -67,4 +67,35 @@ void cli_print_tiers(FILE *f, const struct kvt_stats *st)
 		(double)st->nvme_busy_ns / 1e9, st->nvme_notes[0] ? "; " : "", st->nvme_notes);
 	fprintf(f, "host: huge pages %s, mlocked %s%s%s\n", huge[st->host_hugepages & 3],
 		st->host_mlocked ? "yes" : "no", st->host_notes[0] ? "; " : "", st->host_notes);
+	cli_print_device(f, st);
+}
+
+/* GB/s of bytes moved in ns, 0 when nothing was timed. */
+static double gbps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0.0;
+}
+
+void cli_print_device(FILE *f, const struct kvt_stats *st)
+{
+	const struct kvt_device_info *d = &st->dev;
+
+	fprintf(f, "device: %s (%s); fast tier %.0f MiB of device memory", d->name, d->desc,
+		(double)st->fast_alloc_bytes / (1 << 20));
+	if (d->mem_total)
+		fprintf(f, ", %.1f of %.1f GiB free", d->mem_free / 1073741824.0,
+			d->mem_total / 1073741824.0);
+	fprintf(f, "\n        copies up %.1f MB at %.1f GB/s, down %.1f MB at %.1f GB/s, on the "
+		"device %.1f MB",
+		d->copy_bytes[KVT_DEV_H2D] / 1e6, gbps(d->copy_bytes[KVT_DEV_H2D], d->copy_ns[KVT_DEV_H2D]),
+		d->copy_bytes[KVT_DEV_D2H] / 1e6, gbps(d->copy_bytes[KVT_DEV_D2H], d->copy_ns[KVT_DEV_D2H]),
+		d->copy_bytes[KVT_DEV_D2D] / 1e6);
+	if (d->kernel_ns)	/* the cpu's kernels are not timed: they are the run */
+		fprintf(f, "; kernels %.1f ms (%.3f ms a step)", d->kernel_ns / 1e6,
+			st->step ? d->kernel_ns / 1e6 / (double)st->step : 0.0);
+	if (d->in_place_gbps > 0 || d->copy_up_gbps > 0)
+		fprintf(f, "; host tier %s (in place %.1f GB/s, copy up %.1f GB/s at open)",
+			d->host_in_place ? "read in place" : "copied up", d->in_place_gbps,
+			d->copy_up_gbps);
+	fputc('\n', f);
 }

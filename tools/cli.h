@@ -19,5 +19,8 @@ void cli_bar_done(void);		/* ends the bar's line */
 /* The tier table (hits, misses, bytes moved each way, latency), the
  * prefetch outcomes, stall time and what the tiers could not get. */
 void cli_print_tiers(FILE *f, const struct kvt_stats *st);
+/* The device's lines of the tier table: what it is, its copies each way
+ * and their rate, its kernel time (cli_print_tiers ends with them). */
+void cli_print_device(FILE *f, const struct kvt_stats *st);
 
 #endif

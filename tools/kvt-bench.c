@@ -55,7 +55,10 @@ static uint64_t touch(const void *p, size_t bytes)
 }
 
 /* ---------------------------------------------------------------------
- * copy: the device copy engine against memcpy
+ * copy: the device copy engine, as the pager drives it (one copy a page),
+ * against its reference measured in the same run: memcpy on the cpu
+ * device; on a GPU one copy of the whole buffer (a plain cudaMemcpyAsync
+ * of pinned memory, the rate the copy engine can reach).
  */
 
 static int bench_copy(int argc, char **argv)
@@ -64,12 +67,14 @@ static int bench_copy(int argc, char **argv)
 	int nsizes = bench_parse_list("64K,256K,1M,2M", sizes, 16);
 	uint64_t total = 256ull << 20;
 	int reps = 5;
+	const char *devname = "cpu";
 	static const struct option opts[] = {
 		{ "sizes", required_argument, 0, 's' }, { "total", required_argument, 0, 't' },
-		{ "repeat", required_argument, 0, 'r' }, { "json", no_argument, 0, 'j' }, { 0 } };
+		{ "repeat", required_argument, 0, 'r' }, { "json", no_argument, 0, 'j' },
+		{ "device", required_argument, 0, 'd' }, { 0 } };
 	int c;
 
-	while ((c = getopt_long(argc, argv, "s:t:r:j", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:t:r:jd:", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': nsizes = bench_parse_list(optarg, sizes, 16); break;
 		case 't':
@@ -80,6 +85,7 @@ static int bench_copy(int argc, char **argv)
 			break;
 		case 'r': reps = atoi(optarg); break;
 		case 'j': json = 1; break;
+		case 'd': devname = optarg; break;
 		default: return 2;
 		}
 	}
@@ -88,10 +94,14 @@ static int bench_copy(int argc, char **argv)
 		return 2;
 	}
 	struct kvt_device *dev;
+	char why[512];
 	void *dmem;
-	int r = kvt_device_open("cpu", 0, &dev);
-	if (r)
-		die("device", r);
+	int r = kvt_device_open_why(devname, 0, &dev, why, sizeof(why));
+	if (r) {
+		fprintf(stderr, "kvt-bench copy: --device %s: %s\n", devname, why);
+		return 1;
+	}
+	const int hv = dev->ops->host_visible;
 	r = dev->ops->alloc(dev->ctx, total, &dmem);
 	if (r)
 		die("device alloc", r);
@@ -100,10 +110,16 @@ static int bench_copy(int argc, char **argv)
 	if (host == MAP_FAILED)
 		die("mmap", -errno);
 	memset(host, 1, total);
-	memset(dmem, 2, total);
+	/* Pinned, as the pager's host tier is. */
+	if (dev->ops->register_host && (r = dev->ops->register_host(dev->ctx, host, total)))
+		die("registering host memory", r);
+	if (hv)
+		memset(dmem, 2, total);
 
 	if (!json)
-		printf("%-6s %-4s %12s %12s %7s\n", "size", "dir", "copy GB/s", "memcpy GB/s", "ratio");
+		printf("device %s: %s\n%-6s %-4s %12s %12s %7s\n", kvt_device_name(dev),
+		       hv ? "reference memcpy" : "reference one copy of the whole buffer",
+		       "size", "dir", "copy GB/s", "ref GB/s", "ratio");
 	for (int si = 0; si < nsizes; si++) {
 		uint64_t sz = sizes[si], n = total / sz;
 		for (int dir = 0; dir < 2; dir++) {
@@ -117,11 +133,16 @@ static int bench_copy(int argc, char **argv)
 				for (uint64_t i = 0; i < n; i++)
 					if (kvt_dev_copy_async(dev, dst + i * sz, src + i * sz, sz, dir, &f))
 						die("copy", -EIO);
-				kvt_dev_fence_wait(dev, f);
+				if (kvt_dev_fence_wait(dev, f))
+					die("copy", -EIO);
 				tc[k] = cli_now() - t0;
 				t0 = cli_now();
-				for (uint64_t i = 0; i < n; i++)
-					memcpy(dst + i * sz, src + i * sz, sz);
+				if (hv) {
+					for (uint64_t i = 0; i < n; i++)
+						memcpy(dst + i * sz, src + i * sz, sz);
+				} else if ((r = kvt_dev_copy(dev, dst, src, n * sz, dir))) {
+					die("copy", r);
+				}
 				tm[k] = cli_now() - t0;
 			}
 			int nk = reps < 32 ? reps : 32;
@@ -130,14 +151,17 @@ static int bench_copy(int argc, char **argv)
 			char hb[32];
 			bench_fmt_size(sz, hb, sizeof(hb));
 			if (json)
-				printf("{\"bench\":\"copy\",\"size\":%llu,\"dir\":\"%s\",\"copy_gbps\":%.3f,"
-				       "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n", (unsigned long long)sz,
-				       dir ? "d2h" : "h2d", bc, bm, bc / bm);
+				printf("{\"bench\":\"copy\",\"device\":\"%s\",\"size\":%llu,\"dir\":\"%s\","
+				       "\"copy_gbps\":%.3f,\"ref\":\"%s\",\"ref_gbps\":%.3f,\"ratio\":%.3f}\n",
+				       kvt_device_name(dev), (unsigned long long)sz, dir ? "d2h" : "h2d", bc,
+				       hv ? "memcpy" : "one copy", bm, bc / bm);
 			else
 				printf("%-6s %-4s %12.2f %12.2f %7.2f\n", hb, dir ? "d2h" : "h2d", bc, bm, bc / bm);
 			fflush(stdout);
 		}
 	}
+	if (dev->ops->unregister_host)
+		dev->ops->unregister_host(dev->ctx, host);
 	munmap(host, total);
 	dev->ops->free(dev->ctx, dmem, total);
 	kvt_device_close(dev);
@@ -537,11 +561,14 @@ static int bench_host(int argc, char **argv)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: kvt-bench io|copy|pager|scan|host|decode|resume|serve|prefill|sim|all\n"
+	fprintf(f, "usage: kvt-bench io|copy|attn|pager|scan|host|decode|resume|serve|prefill|sim|all\n"
 		   "                 [options]\n"
 		   "                 [--json]\n"
 		   "  io     NVMe tier read/write bandwidth vs fio (--bs, --depth, --seconds, --file)\n"
-		   "  copy   fast<->host copy bandwidth vs memcpy (--sizes, --total)\n"
+		   "  copy   fast<->host copy bandwidth, page by page, vs memcpy (cpu) or one large\n"
+		   "         copy (a GPU) (--sizes, --total, --device)\n"
+		   "  attn   paged decode attention's effective read rate vs a copy of the same\n"
+		   "         bytes on the device (--ctx, --device, model geometry flags)\n"
 		   "  pager  acquire+release of resident pages per second on one core (--batch)\n"
 		   "  scan   full-attention scan, fast 1/4, host 1/4, NVMe the rest, vs its bound\n"
 		   "         (--layers, --pages, --steps, --policies, --dir, --depth, --prefetch)\n"
@@ -573,6 +600,8 @@ int main(int argc, char **argv)
 		return bench_io(argc, argv);
 	if (!strcmp(cmd, "copy"))
 		return bench_copy(argc, argv);
+	if (!strcmp(cmd, "attn"))
+		return bench_attn(argc, argv);
 	if (!strcmp(cmd, "pager"))
 		return bench_pager(argc, argv);
 	if (!strcmp(cmd, "scan"))

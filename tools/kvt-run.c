@@ -77,6 +77,8 @@ static void usage(FILE *f)
 		"      --host SIZE       host tier (default: what the KV needs, at most 4G)\n"
 		"      --nvme SIZE       NVMe tier (default: what the KV needs, at most 64G)\n"
 		"      --nvme-path PATH  file, block device or directory for the NVMe tier\n"
+		"      --device NAME     where the fast tier and the kernels are: cuda (a GPU), cpu,\n"
+		"                        or auto: cuda where one is usable, else cpu (auto)\n"
 		"      --policy [TIER=]NAME  eviction policy of one tier, or of all\n"
 		"      --prefetch N      layers prefetched ahead of attention\n"
 		"      --page-tokens N   tokens per page (16)\n"
@@ -472,7 +474,7 @@ int main(int argc, char **argv)
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
 	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_TOKENIZE, O_METRICS,
-	       O_CONTROL, O_SELECT, O_NOSCORES, O_TRACE };
+	       O_CONTROL, O_SELECT, O_NOSCORES, O_TRACE, O_DEVICE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
 		{ "file", required_argument, 0, 'f' }, { "prompt-ids", required_argument, 0, O_PROMPT_IDS },
@@ -493,6 +495,7 @@ int main(int argc, char **argv)
 		{ "metrics", required_argument, 0, O_METRICS }, { "control", required_argument, 0, O_CONTROL },
 		{ "trace", required_argument, 0, O_TRACE },
 		{ "select", required_argument, 0, O_SELECT }, { "no-scores", no_argument, 0, O_NOSCORES },
+		{ "device", required_argument, 0, O_DEVICE },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	struct opts o = { .n_predict = 128, .batch = 1,
@@ -509,7 +512,7 @@ int main(int argc, char **argv)
 	unsigned n_prompt = 0, i, step, n_steps = 0;
 	double t_load, t_prefill = 0, t_decode = 0, t0;
 	FILE *dump = NULL;
-	char err[1024], hb[4][32];
+	char err[1024], hb[4][32], kernels[160];
 	int c, r, t, save_failed = 0;
 
 	kvt_config_default(&o.cfg);
@@ -562,6 +565,7 @@ int main(int argc, char **argv)
 		case O_HOST: set_key(&o, "tier.host.bytes", optarg); break;
 		case O_NVME: set_key(&o, "tier.nvme.bytes", optarg); break;
 		case O_NVME_PATH: set_key(&o, "nvme.path", optarg); break;
+		case O_DEVICE: set_key(&o, "device.name", optarg); break;
 		case O_POLICY: set_policy(&o, optarg); break;
 		case O_PREFETCH: set_key(&o, "access.prefetch_depth", optarg); break;
 		case O_PAGE: set_key(&o, "geometry.page_tokens", optarg); o.page_set = 1; break;
@@ -721,8 +725,13 @@ int main(int argc, char **argv)
 		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
 
 	if (!o.dense) {
-		if ((r = kvt_device_open(o.cfg.device, o.cfg.copy_gbps, &dev)))
-			die("device \"%s\": %s", o.cfg.device, strerror(-r));
+		char why[1024];
+
+		if ((r = kvt_device_open_why(o.cfg.device, o.cfg.copy_gbps, &dev, why, sizeof(why))))
+			die("--device %s: %s", o.cfg.device, why[0] ? why : strerror(-r));
+		if (why[0] && !o.json)
+			fprintf(stderr, "%s: device: %s\n", prog, why);
+		kvt_device_set_log(dev, log_cb, NULL);
 		signal(SIGINT, on_signal);
 		signal(SIGTERM, on_signal);
 		signal(SIGHUP, on_signal);
@@ -739,6 +748,10 @@ int main(int argc, char **argv)
 	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
 		die("%s", err);
 	t_load = cli_now() - t0;
+	kvt_engine_describe(e, kernels, sizeof(kernels));
+	if (!o.json)
+		fprintf(stderr, "%s: device %s; kernels: %s\n", prog, dev ? kvt_device_name(dev) : "none",
+			kernels);
 
 	if (!o.json)
 		fprintf(stderr, "%s: %s: %u layers, %u dims, %u heads (%u KV), %s weights, vocab %u; "
@@ -877,6 +890,8 @@ int main(int argc, char **argv)
 
 			printf("{\"model\":");
 			json_str(stdout, m->name, strlen(m->name));
+			printf(",\"kernels\":");
+			json_str(stdout, kernels, strlen(kernels));
 			printf(",\"n_ctx\":%u,\"prompt_tokens\":%u,\"batch\":%u,\"load_s\":%.6f,"
 			       "\"prefill\":{\"tokens\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
 			       "\"decode\":{\"tokens\":%u,\"steps\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"

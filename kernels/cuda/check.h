@@ -42,6 +42,11 @@ static inline int cu_check(struct kvt_device *dev, cudaError_t e, const char *wh
 		return 0;
 	cu_log(dev, KVT_LOG_ERROR, "cuda: %s:%d: %s: %s (%s)", file, line, what,
 	       cudaGetErrorString(e), cudaGetErrorName(e));
+	/* Reported now: consume it, or it stays this thread's last error and
+	 * the next kernel launch on the thread (which reads cudaGetLastError)
+	 * or cuBLAS call fails with it. A sticky error is not reset by this
+	 * and keeps failing every later call, as it should. */
+	(void)cudaGetLastError();
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 

@@ -17,6 +17,7 @@
  * kernel_ns: the kernels, and the small copies between them.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,28 +57,50 @@ struct cuda_cx {
 };
 
 #define ERR(c, call)	CU((c)->dev, (call))
+/* A launcher's result (kernels.h: the launch's cudaError_t), logged with
+ * the launcher call that failed. */
+#define LAUNCH(c, call)	CU((c)->dev, (cudaError_t)(call))
 
-/* Every call that issues work: the device current on this thread (the
- * engine may be driven from another thread than the one that opened
- * it), and the start of a busy span marked. */
-static void busy(struct cuda_cx *c)
+/* The device current on this thread: every entry point that makes a CUDA
+ * call (the engine may be driven from another thread than the one that
+ * opened it; cudaMalloc there would allocate on whatever device that
+ * thread has current). 0 or -EIO. */
+static int enter(struct cuda_cx *c)
 {
-	kvt_cuda_enter(c->d);
+	return kvt_cuda_enter(c->d);
+}
+
+/* Every call that issues work: the device current, and the start of a
+ * busy span marked. An error an earlier call on this thread left behind
+ * (the pager's, whose failures the runtime may ride over) is cleared, so
+ * that cuBLAS, which reads it after its launches, does not fail with it. */
+static int busy(struct cuda_cx *c)
+{
+	int r = enter(c);
+
+	if (r)
+		return r;
+	(void)cudaGetLastError();
 	if (!c->timing && cudaEventRecord(c->t0, c->st) == cudaSuccess)
 		c->timing = 1;
+	return 0;
 }
 
 static int cx_sync(void *ctx)
 {
 	struct cuda_cx *c = ctx;
 	float ms;
-	int r = 0;
+	int r, timed = 0;
 
+	if ((r = enter(c)))
+		return r;
 	if (c->timing)
-		r = ERR(c, cudaEventRecord(c->t1, c->st));
-	if (!r)
-		r = ERR(c, cudaStreamSynchronize(c->st));
-	if (!r && c->timing && cudaEventElapsedTime(&ms, c->t0, c->t1) == cudaSuccess && ms > 0)
+		timed = !ERR(c, cudaEventRecord(c->t1, c->st));
+	/* Waited for even when t1 could not be recorded: the callers take
+	 * this for "nothing is in flight" (pg_host is rewritten, buffers
+	 * are freed). */
+	r = ERR(c, cudaStreamSynchronize(c->st));
+	if (!r && timed && cudaEventElapsedTime(&ms, c->t0, c->t1) == cudaSuccess && ms > 0)
 		__atomic_add_fetch(&c->dev->cnt.kernel_ns, (uint64_t)((double)ms * 1e6),
 				   __ATOMIC_RELAXED);
 	c->timing = 0;
@@ -93,7 +116,7 @@ static int ensure(struct cuda_cx *c, void **buf, size_t *have, size_t bytes)
 
 	if (*have >= bytes)
 		return 0;
-	if ((r = cx_sync(c)))
+	if ((r = cx_sync(c)))	/* makes the device current too */
 		return r;
 	if (*buf)
 		ERR(c, cudaFree(*buf));
@@ -111,7 +134,8 @@ static void cx_close(void *ctx)
 	struct cuda_cx *c = ctx;
 
 	if (kvt_cuda_enter(c->d) == 0) {
-		cudaStreamSynchronize(c->st);
+		if (c->st)	/* NULL (the legacy stream) when open failed early */
+			cudaStreamSynchronize(c->st);
 		cudaFree(c->xc);
 		cudaFree(c->idx);
 		cudaFree(c->parts);
@@ -174,29 +198,44 @@ static void cx_describe(void *ctx, char *buf, size_t len)
 static int cx_alloc(void *ctx, size_t bytes, void **out)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
 	*out = NULL;
+	if ((r = enter(c)))
+		return r;
 	return ERR(c, cudaMalloc(out, bytes ? bytes : 1));
 }
 
+/* cudaFree waits for the device to be idle: work still queued that reads
+ * p finishes first. */
 static void cx_free(void *ctx, void *p, size_t bytes)
 {
 	struct cuda_cx *c = ctx;
 
-	if (p)
+	if (p && !enter(c))
 		ERR(c, cudaFree(p));
 }
 
-/* From the caller's (pageable) memory the copy is staged before this
- * returns, so src may be reused at once. */
+/* From pageable memory (what the runtime has) the copy is staged before
+ * cudaMemcpyAsync returns, so src may be reused at once. From pinned
+ * memory the copy is a true DMA that runs later, reading src then: the
+ * contract (src reusable on return) is kept by waiting for it. */
 static int cx_upload(void *ctx, void *dst, const void *src, size_t bytes)
 {
 	struct cuda_cx *c = ctx;
+	struct cudaPointerAttributes at;
+	int r;
 
 	if (!bytes)
 		return 0;
-	busy(c);
-	return ERR(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st));
+	if ((r = busy(c)) ||
+	    (r = ERR(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st))))
+		return r;
+	if (cudaPointerGetAttributes(&at, src) != cudaSuccess) {
+		(void)cudaGetLastError();	/* unknown to CUDA: pageable */
+		return 0;
+	}
+	return at.type == cudaMemoryTypeHost ? ERR(c, cudaStreamSynchronize(c->st)) : 0;
 }
 
 static int cx_download(void *ctx, void *dst, const void *src, size_t bytes)
@@ -204,17 +243,9 @@ static int cx_download(void *ctx, void *dst, const void *src, size_t bytes)
 	struct cuda_cx *c = ctx;
 	int r = 0;
 
-	if (bytes) {
-		busy(c);
+	if (bytes && !(r = busy(c)))
 		r = ERR(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st));
-	}
 	return r ? r : cx_sync(c);
-}
-
-/* A launcher's result. */
-static int launched(struct cuda_cx *c, int e)
-{
-	return ERR(c, (cudaError_t)e);
 }
 
 /* ---- weights ---- */
@@ -224,7 +255,7 @@ static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *ou
 	struct cuda_cx *c = ctx;
 	size_t n = (size_t)w->n_out * w->n_in, bytes;
 	void *p = NULL, *tmp = NULL;
-	int r;
+	int r, rs;
 
 	*out = *w;
 	out->data = NULL;
@@ -252,21 +283,29 @@ static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *ou
 		       w->n_out, w->n_in, bytes >> 20);
 		return r;
 	}
+	/* The copies go on the context's stream, not through cudaMemcpy: from
+	 * pageable memory (the model's mapping) cudaMemcpy returns once the
+	 * data is staged, before its DMA is done, and it runs on the legacy
+	 * stream, with which c->st (non-blocking) does not synchronise: the
+	 * widening kernel, or a later GEMM, could read the copy half done. */
 	if (w->type != KVT_W_Q8_0) {
-		r = ERR(c, cudaMemcpy(p, w->data, bytes, cudaMemcpyHostToDevice));
+		r = ERR(c, cudaMemcpyAsync(p, w->data, bytes, cudaMemcpyHostToDevice, c->st));
 	} else {
 		size_t blocks = n / 32;
 
 		r = ERR(c, cudaMalloc(&tmp, blocks * 34));
 		if (!r)
-			r = ERR(c, cudaMemcpy(tmp, w->data, blocks * 34, cudaMemcpyHostToDevice));
+			r = ERR(c, cudaMemcpyAsync(tmp, w->data, blocks * 34, cudaMemcpyHostToDevice,
+						   c->st));
 		if (!r)
-			r = launched(c, kvt_cu_q8_0_to_f16(c->st, p, tmp, blocks));
-		if (!r)
-			r = ERR(c, cudaStreamSynchronize(c->st));
-		if (tmp)
-			cudaFree(tmp);
+			r = LAUNCH(c, kvt_cu_q8_0_to_f16(c->st, p, tmp, blocks));
 	}
+	/* Done when this returns (tmp is freed below), whatever failed: no
+	 * copy or kernel may still use p or tmp once they are freed. */
+	if ((rs = ERR(c, cudaStreamSynchronize(c->st))) && !r)
+		r = rs;
+	if (tmp)
+		cudaFree(tmp);
 	if (r) {
 		cudaFree(p);
 		return r;
@@ -279,7 +318,7 @@ static void cx_mat_release(void *ctx, struct kvt_mat *w)
 {
 	struct cuda_cx *c = ctx;
 
-	if (w->data)
+	if (w->data && !enter(c))
 		ERR(c, cudaFree((void *)w->data));
 	w->data = NULL;
 }
@@ -292,11 +331,18 @@ static int cx_matmul_n(void *ctx, unsigned n, float *const *y, const float *x, u
 	struct cuda_cx *c = ctx;
 	const float one = 1.0f, zero = 0.0f;
 	uint32_t rounded = UINT32_MAX;	/* the type x was last rounded to */
-	int r = 0;
+	int r;
 
 	if (!rows)
 		return 0;
-	busy(c);
+	/* cuBLAS takes int dimensions. */
+	if (rows > INT_MAX)
+		return -EINVAL;
+	for (unsigned k = 0; k < n; k++)
+		if (w[k]->n_in > INT_MAX || w[k]->n_out > INT_MAX)
+			return -EINVAL;
+	if ((r = busy(c)))
+		return r;
 	for (unsigned k = 0; k < n && !r; k++) {
 		const struct kvt_mat *m = w[k];
 		cudaDataType_t t = m->type == KVT_W_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -313,10 +359,9 @@ static int cx_matmul_n(void *ctx, unsigned n, float *const *y, const float *x, u
 		if (rounded != m->type) {
 			size_t cnt = (size_t)rows * m->n_in;
 
-			if ((r = ensure(c, &c->xc, &c->xc_bytes, cnt * 2)))
+			if ((r = ensure(c, &c->xc, &c->xc_bytes, cnt * 2)) || (r = busy(c)))
 				break;
-			busy(c);
-			r = launched(c, m->type == KVT_W_F16
+			r = LAUNCH(c, m->type == KVT_W_F16
 					? kvt_cu_f32_to_f16(c->st, c->xc, x, cnt)
 					: kvt_cu_f32_to_bf16(c->st, c->xc, x, cnt));
 			rounded = m->type;
@@ -343,44 +388,53 @@ static int cx_rmsnorm(void *ctx, float *out, const float *x, const uint32_t *idx
 		    (r = cx_upload(c, c->idx, idx, rows * sizeof(uint32_t))))
 			return r;
 	}
-	busy(c);
-	return launched(c, kvt_cu_rmsnorm(c->st, out, x, idx ? c->idx : NULL, rows, n, w, eps));
+	if ((r = busy(c)))
+		return r;
+	return LAUNCH(c, kvt_cu_rmsnorm(c->st, out, x, idx ? c->idx : NULL, rows, n, w, eps));
 }
 
 static int cx_rope(void *ctx, float *x, unsigned rows, unsigned n_heads, unsigned head_dim,
 		   unsigned rope_dim, const uint32_t *pos, const double *inv_freq)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
-	busy(c);
-	return launched(c, kvt_cu_rope(c->st, x, rows, n_heads, head_dim, rope_dim, pos, inv_freq));
+	if ((r = busy(c)))
+		return r;
+	return LAUNCH(c, kvt_cu_rope(c->st, x, rows, n_heads, head_dim, rope_dim, pos, inv_freq));
 }
 
 static int cx_swiglu(void *ctx, float *g, const float *u, size_t n)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
-	busy(c);
-	return launched(c, kvt_cu_swiglu(c->st, g, u, n));
+	if ((r = busy(c)))
+		return r;
+	return LAUNCH(c, kvt_cu_swiglu(c->st, g, u, n));
 }
 
 static int cx_add(void *ctx, float *x, const float *y, size_t n)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
-	busy(c);
-	return launched(c, kvt_cu_add(c->st, x, y, n));
+	if ((r = busy(c)))
+		return r;
+	return LAUNCH(c, kvt_cu_add(c->st, x, y, n));
 }
 
 static int cx_to_kv(void *ctx, void *dst, const float *src, size_t n, int kv_type)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
-	busy(c);
-	if (kv_type == KVT_KV_F16)
-		return launched(c, kvt_cu_f32_to_f16(c->st, dst, src, n));
-	if (kv_type != KVT_KV_F32)
+	if (kv_type != KVT_KV_F16 && kv_type != KVT_KV_F32)
 		return -EINVAL;
+	if ((r = busy(c)))
+		return r;
+	if (kv_type == KVT_KV_F16)
+		return LAUNCH(c, kvt_cu_f32_to_f16(c->st, dst, src, n));
 	return dst == src ? 0 : ERR(c, cudaMemcpyAsync(dst, src, n * sizeof(float),
 						       cudaMemcpyDeviceToDevice, c->st));
 }
@@ -394,10 +448,18 @@ static int cx_attn_begin(void *ctx, const struct kvt_attn_shape *sh, const float
 	size_t per, need, vecs;
 	int r;
 
-	if (parts != 1 || !sh->rows || !sh->n_kv_heads || sh->n_head % sh->n_kv_heads ||
-	    !sh->head_dim || sh->head_dim > 256 ||
+	/* Until this call succeeds, attn_pages and attn_end refuse (the
+	 * shape of a call that is over, or none: n_kv_heads 0). */
+	c->a = (struct kvt_cu_attn){ 0 };
+	c->parts_used = 0;
+	c->pg_used = 0;
+	/* n_head 0 would make per 0 below, a division by zero. */
+	if (parts != 1 || !sh->rows || !sh->n_head || !sh->n_kv_heads ||
+	    sh->n_head % sh->n_kv_heads || !sh->head_dim || sh->head_dim > 256 ||
 	    (sh->kv_type != KVT_KV_F16 && sh->kv_type != KVT_KV_F32))
 		return -EINVAL;
+	if ((r = enter(c)))
+		return r;
 	/* The previous call's pages may still be on their way up. */
 	if (c->pg_inflight && (r = cx_sync(c)))
 		return r;
@@ -431,8 +493,6 @@ static int cx_attn_begin(void *ctx, const struct kvt_attn_shape *sh, const float
 	c->a.pm = c->parts;
 	c->a.pl = c->a.pm + (size_t)c->a.parts_cap * vecs;
 	c->a.po = c->a.pl + (size_t)c->a.parts_cap * vecs;
-	c->parts_used = 0;
-	c->pg_used = 0;
 	return 0;
 }
 
@@ -440,14 +500,17 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 {
 	struct cuda_cx *c = ctx;
 	const struct kvt_cu_attn *a = &c->a;
-	unsigned G = a->n_head / a->n_kv_heads;
-	unsigned ztiles = (a->rows * G + QMAX - 1) / QMAX, want, per, nsplit, avail;
+	unsigned G, ztiles, want, per, nsplit, avail;
 	int r;
 
 	if (!n)
 		return 0;
-	if (c->pg_used + n > c->pg_cap)
+	if (!a->n_kv_heads)
+		return -EINVAL;		/* no attn_begin that succeeded */
+	if (n > c->pg_cap - c->pg_used)
 		return -EINVAL;		/* more pages than attn_begin was told */
+	G = a->n_head / a->n_kv_heads;
+	ztiles = (a->rows * G + QMAX - 1) / QMAX;
 	for (unsigned i = 0; i < n; i++) {
 		if (pg[i].pm)
 			return -ENOTSUP;
@@ -455,7 +518,8 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 			.k = pg[i].k, .v = pg[i].v, .ntok = pg[i].ntok, .pos0 = pg[i].pos0,
 		};
 	}
-	busy(c);
+	if ((r = busy(c)))
+		return r;
 	/* Pinned and never rewritten before a sync: a true async copy. */
 	if ((r = ERR(c, cudaMemcpyAsync(c->pg_dev + c->pg_used, c->pg_host + c->pg_used,
 					n * sizeof(*c->pg_dev), cudaMemcpyHostToDevice, c->st))))
@@ -469,7 +533,7 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 	nsplit = (n + per - 1) / per;
 	if (c->parts_used + nsplit > a->parts_cap && c->parts_used > 1) {
 		/* Fold what is there into part 0 to make room. */
-		if ((r = launched(c, kvt_cu_attn_merge(c->st, a, c->parts_used, NULL))))
+		if ((r = LAUNCH(c, kvt_cu_attn_merge(c->st, a, c->parts_used, NULL))))
 			return r;
 		c->parts_used = 1;
 	}
@@ -478,7 +542,7 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 		per = (n + avail - 1) / avail;
 		nsplit = (n + per - 1) / per;
 	}
-	r = launched(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, c->parts_used));
+	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, c->parts_used));
 	c->pg_used += n;
 	c->parts_used += nsplit;
 	return r;
@@ -487,9 +551,13 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 static int cx_attn_end(void *ctx, float *out)
 {
 	struct cuda_cx *c = ctx;
+	int r;
 
-	busy(c);
-	return launched(c, kvt_cu_attn_merge(c->st, &c->a, c->parts_used, out));
+	if (!c->a.n_kv_heads)
+		return -EINVAL;		/* no attn_begin that succeeded */
+	if ((r = busy(c)))
+		return r;
+	return LAUNCH(c, kvt_cu_attn_merge(c->st, &c->a, c->parts_used, out));
 }
 
 const struct kvt_compute_ops kvt_cuda_compute = {

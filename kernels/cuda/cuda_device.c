@@ -145,14 +145,16 @@ static int cu_register_host(void *ctx, void *p, size_t bytes)
 	for (unsigned t = 0; t < nt; t++) {
 		jobs[t] = (struct reg_job){ .d = d, .g = &g, .first = t, .step = nt, .ok = ok };
 		/* The first share runs here; the others on threads of their own. */
-		if (!t)
-			continue;
-		if (pthread_create(&th[t], NULL, reg_thread, &jobs[t]) == 0)
+		if (t && pthread_create(&th[t], NULL, reg_thread, &jobs[t]) == 0)
 			started |= 1u << t;
-		else
-			jobs[t].err = -EAGAIN;
 	}
-	reg_thread(&jobs[0]);
+	/* A share whose thread could not start runs here too: failing the
+	 * registration for it would leave the pager a host tier that is not
+	 * pinned (it goes on without), slower to copy and not readable in
+	 * place. */
+	for (unsigned t = 0; t < nt; t++)
+		if (!(started & 1u << t))
+			reg_thread(&jobs[t]);
 	for (unsigned t = 1; t < nt; t++)
 		if (started & 1u << t)
 			pthread_join(th[t], NULL);
@@ -209,7 +211,7 @@ static int cu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, in
 	struct cuda_dev *d = ctx;
 	struct cuda_ring *g;
 	uint64_t seq;
-	int r;
+	int r, opening = 0;
 
 	if (dir != KVT_H2D && dir != KVT_D2H && dir != KVT_D2D)
 		return -EINVAL;
@@ -220,7 +222,7 @@ static int cu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, in
 	if (g->seg_open && cudaEventQuery(g->ev[g->seg_last % CUDA_NEV]) == cudaSuccess)
 		ring_done(d, g, g->seg_last);
 	if (!g->seg_open && !CU(d->self, cudaEventRecord(g->seg_start, g->st)))
-		g->seg_open = 1;
+		opening = 1;
 	/* cudaMemcpyDefault: unified addressing tells host from device, and
 	 * the pager hands pageable memory too (an append's source). */
 	r = CU(d->self, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->st));
@@ -228,9 +230,19 @@ static int cu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, in
 		seq = g->next++;
 		r = CU(d->self, cudaEventRecord(g->ev[seq % CUDA_NEV], g->st));
 		if (!r) {
+			/* The segment opens only with a copy and its event
+			 * queued behind seg_start: a segment whose seg_last is
+			 * an older copy would be closed at once, timing an
+			 * event recorded after its end (and maybe not done). */
+			if (opening)
+				g->seg_open = 1;
 			if (g->seg_open)
 				g->seg_last = seq;
 			*fence = seq << 1 | (uint64_t)(dir == KVT_D2H);
+		} else if (!CU(d->self, cudaStreamSynchronize(g->st))) {
+			/* The copy is queued but has no fence: the caller, told
+			 * it failed, will reuse its ends. Let it finish first. */
+			ring_done(d, g, seq);
 		}
 	}
 	pthread_mutex_unlock(&g->lock);
@@ -249,14 +261,23 @@ static int cu_fence_done(void *ctx, uint64_t fence)
 		return 1;
 	pthread_mutex_lock(&g->lock);
 	if (seq > g->done) {
+		/* The device current before the first CUDA call: on a thread
+		 * that never had one (an I/O completion polls here) the
+		 * runtime would set up a context on device 0 for it, memory
+		 * on a GPU that may not be ours. */
+		if ((r = kvt_cuda_enter(d)))
+			goto out;
 		e = cudaEventQuery(g->ev[seq % CUDA_NEV]);
-		if (e == cudaSuccess)
+		if (e == cudaSuccess) {
 			ring_done(d, g, seq);
-		else if (e == cudaErrorNotReady)
+			r = 1;
+		} else if (e == cudaErrorNotReady) {
 			r = 0;
-		else
+		} else {
 			r = CU(d->self, e);
+		}
 	}
+out:
 	pthread_mutex_unlock(&g->lock);
 	return r;
 }
@@ -490,8 +511,10 @@ static int cuda_open(struct kvt_device *out, char *why, size_t whylen)
 			 cudaGetErrorName(e));
 		return -ENODEV;
 	}
-	if (!(d = calloc(1, sizeof(*d))))
+	if (!(d = calloc(1, sizeof(*d)))) {
+		snprintf(why, whylen, "cuda: out of memory");
 		return -ENOMEM;
+	}
 	d->self = out;
 	d->id = env && env[0] ? atoi(env) : 0;
 	if (d->id < 0 || d->id >= n) {

@@ -37,6 +37,17 @@ static unsigned ew_blocks(size_t n)
 	return b > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : (unsigned)b;
 }
 
+/* Each launcher reads its launch's error with cudaGetLastError after the
+ * launch. An error an earlier runtime call on this thread left there (one
+ * its caller ignored, or a timing query that failed) would be taken for
+ * the launch's and fail a kernel that was queued fine: it is cleared
+ * first. A sticky error (the context is lost) is not reset by this and
+ * still shows after the launch. */
+static inline void clear_stale(void)
+{
+	(void)cudaGetLastError();
+}
+
 /* The grid-stride loop: every thread of the grid, index i, from its own
  * global index on. */
 #define GRID_STRIDE(i, n)                                                               \
@@ -125,6 +136,7 @@ extern "C" int kvt_cu_rmsnorm(cudaStream_t st, float *out, const float *x, const
 	if (!out || !x || !w)
 		return cudaErrorInvalidValue;
 	blocks = rows > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : rows;
+	clear_stale();
 	rmsnorm_kernel<<<blocks, RMS_THREADS, 0, st>>>(out, x, idx, rows, n, w, eps);
 	return (int)cudaGetLastError();
 }
@@ -171,6 +183,7 @@ extern "C" int kvt_cu_rope(cudaStream_t st, float *x, unsigned rows, unsigned n_
 		return cudaSuccess;
 	if (!x || !pos || !inv_freq)
 		return cudaErrorInvalidValue;
+	clear_stale();
 	rope_kernel<<<ew_blocks(total), EW_THREADS, 0, st>>>(x, total, n_heads, head_dim, npair,
 							    pos, inv_freq);
 	return (int)cudaGetLastError();
@@ -195,6 +208,7 @@ extern "C" int kvt_cu_swiglu(cudaStream_t st, float *g, const float *u, size_t n
 		return cudaSuccess;
 	if (!g || !u)
 		return cudaErrorInvalidValue;
+	clear_stale();
 	swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(g, u, n);
 	return (int)cudaGetLastError();
 }
@@ -213,6 +227,7 @@ extern "C" int kvt_cu_add(cudaStream_t st, float *x, const float *y, size_t n)
 		return cudaSuccess;
 	if (!x || !y)
 		return cudaErrorInvalidValue;
+	clear_stale();
 	add_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(x, y, n);
 	return (int)cudaGetLastError();
 }
@@ -257,6 +272,7 @@ extern "C" int kvt_cu_f32_to_f16(cudaStream_t st, uint16_t *dst, const float *sr
 		return cudaSuccess;
 	if (!dst || !src)
 		return cudaErrorInvalidValue;
+	clear_stale();
 	f32_to_f16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
 	return (int)cudaGetLastError();
 }
@@ -267,6 +283,7 @@ extern "C" int kvt_cu_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *s
 		return cudaSuccess;
 	if (!dst || !src)
 		return cudaErrorInvalidValue;
+	clear_stale();
 	f32_to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
 	return (int)cudaGetLastError();
 }
@@ -281,6 +298,7 @@ extern "C" int kvt_cu_q8_0_to_f16(cudaStream_t st, uint16_t *dst, const uint8_t 
 	if (!dst || !src || n_blocks > SIZE_MAX / 34)
 		return cudaErrorInvalidValue;
 	n = n_blocks * 32;
+	clear_stale();
 	q8_0_to_f16_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(dst, src, n);
 	return (int)cudaGetLastError();
 }
@@ -526,6 +544,7 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 	/* The z tiles are walked grid-stride: 65535 blocks is the limit in z. */
 	grid = dim3((unsigned)nsplit, a->n_kv_heads,
 		    ntiles > 65535 ? 65535u : (unsigned)ntiles);
+	clear_stale();
 	if (a->kv_type == 0)
 		attn_pages_launch<__half>(st, grid, dpl, a, pages, n_pages, per_part, part0,
 					  ntiles);
@@ -604,6 +623,7 @@ extern "C" int kvt_cu_attn_merge(cudaStream_t st, const struct kvt_cu_attn *a, u
 	if (n_parts && (!a->pm || !a->pl || !a->po))
 		return cudaErrorInvalidValue;
 	blocks = nh > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : (unsigned)nh;
+	clear_stale();
 	attn_merge_kernel<<<blocks, MERGE_THREADS, 0, st>>>(*a, n_parts, out);
 	return (int)cudaGetLastError();
 }
@@ -659,6 +679,7 @@ extern "C" int kvt_cu_read(cudaStream_t st, const void *src, size_t bytes, unsig
 	if (!src || !sink || !blocks || bytes % 16 || (uintptr_t)src % 16 || blocks > 0x7fffffff)
 		return cudaErrorInvalidValue;
 	/* *sink is a float to the caller; only its bits matter here. */
+	clear_stale();
 	read_kernel<<<blocks, READ_THREADS, 0, st>>>((const uint4 *)src, bytes / 16,
 						     (unsigned *)sink);
 	return (int)cudaGetLastError();
