@@ -58,7 +58,8 @@ ifeq ($(CUDA),1)
 PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
-.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda
+.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
+	device-bundle
 
 # all: the library (static and shared), the tools, and the CUDA plug-in where nvcc is
 all: lib tools $(PLUGINS_GPU)
@@ -187,6 +188,26 @@ run: deps-check
 			--ctx 32768 --type f16 -o $(RUN_MODEL); }
 	@cat README.md docs/architecture.md docs/config.md | head -c 26000 > $(RUN_PROMPT)
 	$(BUILD)/kvt-run -m $(RUN_MODEL) -f $(RUN_PROMPT) $(RUN_FLAGS)
+
+# device-bundle: a folder to carry to a GPU machine that has CUDA but no
+# Debian packages: the sources, the static libraries and headers of every
+# dependency, and tools/device-check; there, build/device-bundle/device-check
+# builds it all and runs every check that needs a GPU (docs/benchmarks.md)
+BUNDLE	  = $(BUILD)/device-bundle
+LIBDIR	  = /usr/lib/x86_64-linux-gnu
+BUNDLE_H  = /usr/include/liburing.h /usr/include/liburing /usr/include/numa.h \
+	    /usr/include/numaif.h /usr/include/ini.h /usr/include/xxhash.h /usr/include/xxh3.h \
+	    $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/*.h)
+BUNDLE_A  = $(LIBDIR)/liburing.a $(LIBDIR)/libnuma.a $(LIBDIR)/libinih.a $(LIBDIR)/libxxhash.a
+device-bundle: deps-check
+	@rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)/deps/include $(BUNDLE)/deps/lib
+	@{ git ls-files; git ls-files --others --exclude-standard; } | sort -u | \
+		while read -r f; do [ -f "$$f" ] && echo "$$f"; done | tar -czf $(BUNDLE)/src.tar.gz -T -
+	@cp -r $(BUNDLE_H) $(BUNDLE)/deps/include/
+	@cp $(BUNDLE_A) $(BUNDLE)/deps/lib/
+	@gzip -c $(LIBDIR)/openblas-pthread/libopenblas.a > $(BUNDLE)/deps/lib/libopenblas.a.gz
+	@cp tools/device-check $(BUNDLE)/
+	@echo "device-bundle: $(BUNDLE) ($$(du -sh $(BUNDLE) | cut -f1)); run $(BUNDLE)/device-check there"
 
 # bench: every kvt-bench measurement, human tables
 bench: deps-check

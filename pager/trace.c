@@ -514,6 +514,17 @@ int kvt_recorder_finish(struct kvt_recorder *r)
 	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 	pthread_join(r->th, NULL);
+	if (r->gap) {
+		/* Records dropped after the last that got a buffer: a GAP at
+		 * the end stands for them, timed as the last of them. */
+		struct kvt_trace_rec g = {
+			.time = r->sink.time, .step = r->sink.step, .key = r->gap,
+			.seq = KVT_REF_NONE, .layer = KVT_REF_NONE, .index = KVT_REF_NONE,
+			.event = KVT_EV_GAP, .from = KVT_TRACE_NONE, .to = KVT_TRACE_NONE,
+		};
+		(void)kvt_trace_put(r->w, &g, 1);
+		r->gap = 0;
+	}
 	r->w->hdr.dropped = r->dropped;
 	rc = kvt_trace_finish(r->w);
 	while (r->spare) {
