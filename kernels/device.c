@@ -293,6 +293,7 @@ KVT_API int kvt_device_info(struct kvt_device *d, struct kvt_device_info *out)
 	snprintf(out->name, sizeof(out->name), "%s", d->ops->name);
 	snprintf(out->desc, sizeof(out->desc), "%s", d->ops->name);
 	out->numa_node = -1;
+	out->host_visible = d->ops->host_visible;
 	out->host_addressable = d->ops->host_addressable;
 	out->host_in_place = d->in_place_auto;
 	if (d->ops->describe)

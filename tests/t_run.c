@@ -182,6 +182,29 @@ int main(void)
 		CHECK_EQ(run("cmp %s/text.f32 %s/ids.f32 && test -s %s/ids.f32", dir, dir, dir), 0);
 	}
 
+	/* The device: cpu by name, and the line that says which, with the
+	 * kernels it runs; cuda by name either runs on a GPU or fails with
+	 * the reason and exit 1; auto says why it is on the cpu. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --device cpu --fast 64K --host 64K "
+		     "--nvme-path %s 2>&1", bin, model, path, dir), 0);
+	CHECK(strstr(out, "device cpu; kernels: cpu, "));
+	CHECK(strstr(out, "\ndevice: cpu (host memory); fast tier"));
+	{
+		int rc = run("%s -m %s --prompt-ids %s -n 2 --device cuda --fast 64K --host 64K "
+			     "--nvme-path %s 2>&1", bin, model, path, dir);
+
+		if (rc) {
+			CHECK_EQ(rc, 1);
+			CHECK(strstr(out, "--device cuda: cuda: "));
+			printf("--device cuda here: %s", out);
+			CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K "
+				     "--nvme-path %s 2>&1", bin, model, path, dir), 0);
+			CHECK(strstr(out, "device: cuda: ") && strstr(out, "; using cpu\n"));
+		} else {
+			CHECK(strstr(out, "device cuda; kernels: "));
+		}
+	}
+
 	/* Three sequences from one prompt, sampled. */
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 6 --batch 3 --seed 5 --fast 128K --host 64K "
 		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
@@ -200,6 +223,7 @@ int main(void)
 		printf("refused: %s", out); \
 	} while (0)
 	REFUSED("raise --ctx", "%s -m %s --prompt-ids %s -n 8 --ctx 100 2>&1", bin, model, path);
+	REFUSED("device.name", "%s -m %s --prompt-ids %s -n 8 --device gpu 2>&1", bin, model, path);
 	REFUSED("raise --nvme", "%s -m %s --prompt-ids %s -n 8 --fast 64K --host 64K --nvme 64K "
 		"--nvme-path %s 2>&1", bin, model, path, dir);
 	REFUSED("raise --fast", "%s -m %s --prompt-ids %s -n 8 --fast 16K 2>&1", bin, model, path);

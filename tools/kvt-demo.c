@@ -106,6 +106,7 @@ static void usage(FILE *f)
 		"      --dir PATH      where the NVMe-tier file goes (default $TMPDIR or /tmp)\n"
 		"  -p, --policy NAME   policy of every tier (default mru)\n"
 		"      --prefetch N    layers prefetched ahead (default 2)\n"
+		"      --device NAME   cpu, cuda or auto: where the fast tier is (default auto)\n"
 		"      --json          print the final stats as JSON\n");
 }
 
@@ -122,7 +123,8 @@ int main(int argc, char **argv)
 		{ "fast", required_argument, 0, 'F' }, { "host", required_argument, 0, 'H' },
 		{ "nvme", required_argument, 0, 'N' }, { "dir", required_argument, 0, 'd' },
 		{ "policy", required_argument, 0, 'p' }, { "prefetch", required_argument, 0, 'P' },
-		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' }, { 0 } };
+		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' },
+		{ "device", required_argument, 0, 'D' }, { 0 } };
 
 	kvt_config_default(&cfg);
 	cfg.n_layers = 8;
@@ -152,6 +154,7 @@ int main(int argc, char **argv)
 		case 'p': policy = optarg; break;
 		case 'P': cfg.prefetch_depth = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'j': json = 1; break;
+		case 'D': set_or_die(&cfg, "device.name", optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -180,8 +183,20 @@ int main(int argc, char **argv)
 	struct kvt_device *dev;
 	struct kvt_pager *p;
 	kvt_seq_t s;
-	if ((r = kvt_device_open(cfg.device, cfg.copy_gbps, &dev))) {
-		fprintf(stderr, "kvt-demo: device \"%s\": %s\n", cfg.device, strerror(-r));
+	char why[512];
+	if ((r = kvt_device_open_why(cfg.device, cfg.copy_gbps, &dev, why, sizeof(why)))) {
+		fprintf(stderr, "kvt-demo: --device %s: %s\n", cfg.device, why);
+		return 1;
+	}
+	if (why[0])
+		fprintf(stderr, "kvt-demo: device: %s\n", why);
+	/* Pages in device memory the host cannot read are copied out to be
+	 * checked (this demo attends on the host). */
+	struct kvt_device_info di;
+	kvt_device_info(dev, &di);
+	half *hk = NULL, *hv = NULL;
+	if (!di.host_visible && (!(hk = malloc(pb / 2)) || !(hv = malloc(pb / 2)))) {
+		fprintf(stderr, "kvt-demo: out of memory\n");
 		return 1;
 	}
 	if ((r = kvt_pager_open(&cfg, dev, &p))) {
@@ -266,6 +281,17 @@ int main(int argc, char **argv)
 				}
 				const half *pk = vw.k, *pv = vw.v;
 				unsigned t = vw.page * pt;
+				if (hk) {
+					size_t nb = (size_t)vw.ntok * tokd * sizeof(half);
+					if ((r = kvt_device_read(dev, hk, vw.k, nb)) ||
+					    (r = kvt_device_read(dev, hv, vw.v, nb))) {
+						fprintf(stderr, "\nkvt-demo: reading page %u: %s\n", vw.page,
+							strerror(-r));
+						return 1;
+					}
+					pk = hk;
+					pv = hv;
+				}
 				double a0 = cli_now();
 				attend(pk, pv, vw.ntok, H, D, q, acc, mx, sum);
 				t_attn += cli_now() - a0;
@@ -302,7 +328,7 @@ int main(int argc, char **argv)
 		       (unsigned long long)mismatches);
 		cli_print_tiers(stdout, &stt);
 	}
-	free(k); free(v); free(q); free(acc); free(mx); free(sum);
+	free(k); free(v); free(q); free(acc); free(mx); free(sum); free(hk); free(hv);
 	kvt_seq_close(p, s);
 	kvt_pager_close(p);
 	kvt_device_close(dev);

@@ -57,6 +57,8 @@ struct kvt_device_info {
 	char	 desc[128];		/* e.g. "NVIDIA H200, sm_90, 132 SMs" */
 	uint64_t mem_total, mem_free;	/* device memory; 0 where it is host memory */
 	int	 numa_node;		/* the node the device sits on, -1 unknown */
+	int	 host_visible;		/* device memory is host memory (cpu): a view may
+					 * be read directly; else kvt_device_read */
 	int	 host_addressable;	/* kernels can read the host tier in place */
 	int	 host_in_place;		/* what access.host_in_place = auto picks here */
 	double	 in_place_gbps;		/* measured at open: a kernel reading pinned
