@@ -259,20 +259,6 @@ KVT_API void kvt_device_set_log(struct kvt_device *d, kvt_log_fn fn, void *arg)
 	__atomic_store_n(&d->log, fn, __ATOMIC_RELEASE);
 }
 
-void kvt_dev_log(struct kvt_device *d, int level, const char *fmt, ...)
-{
-	kvt_log_fn fn = __atomic_load_n(&d->log, __ATOMIC_ACQUIRE);
-	char msg[512];
-	va_list ap;
-
-	if (!fn)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fn(d->log_arg, level, msg);
-}
-
 KVT_API int kvt_device_read(struct kvt_device *d, void *dst, const void *src, size_t bytes)
 {
 	if (!d || (!dst && bytes) || (!src && bytes))

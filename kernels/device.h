@@ -9,8 +9,10 @@
 #ifndef KVT_KERNELS_DEVICE_H
 #define KVT_KERNELS_DEVICE_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <kvt/device.h>
 
 /* Copy directions; a D2D copy runs on the H2D engine (in its order). */
@@ -84,9 +86,23 @@ int kvt_dev_fence_wait(struct kvt_device *d, uint64_t fence);
  * when the device cannot tell without waiting, -errno. */
 int kvt_dev_fence_done(struct kvt_device *d, uint64_t fence);
 int kvt_dev_copy(struct kvt_device *d, void *dst, const void *src, size_t bytes, int dir);
-/* Log one line through d->log (printf format). */
-void kvt_dev_log(struct kvt_device *d, int level, const char *fmt, ...)
+/* Log one line through d->log (printf format); NULL d or log drops it.
+ * Inline: plug-ins, which call nothing in libkvt, use it too. */
+static inline void kvt_dev_log(struct kvt_device *d, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+static inline void kvt_dev_log(struct kvt_device *d, int level, const char *fmt, ...)
+{
+	kvt_log_fn fn = d ? __atomic_load_n(&d->log, __ATOMIC_ACQUIRE) : NULL;
+	char msg[512];
+	va_list ap;
+
+	if (!fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fn(d->log_arg, level, msg);
+}
 
 static inline void kvt_dev_count(uint64_t *c, uint64_t v)
 {

@@ -536,21 +536,6 @@ static void bc_prompt(int32_t *t, unsigned n, uint32_t V, unsigned seed)
 	}
 }
 
-static void bc_generate(struct kvt_engine *e, struct kvt_session *s, const int32_t *prompt,
-			unsigned np, unsigned gen, float *logits, int32_t *toks, uint32_t V)
-{
-	CHECK_EQ(kvt_eval(e, s, prompt, np, NULL, NULL), 0);
-	for (unsigned i = 0; i < gen; i++) {
-		const float *lg = kvt_session_logits(s);
-
-		CHECK(lg);
-		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
-		toks[i] = t_argmax(lg, V);
-		if (i + 1 < gen)
-			CHECK_EQ(kvt_decode(e, &s, &toks[i], 1), 1);
-	}
-}
-
 /* Greedy tokens must agree wherever the reference's best two logits are
  * further apart than the backend's rounding could move them. */
 static void bc_same_tokens(const char *what, const float *got, const float *want, const int32_t *tg,
@@ -621,7 +606,7 @@ static void bc_decode(const char *name, double tol_f16w)
 		memset(&r, 0, sizeof(r));
 		rig_engine(&r, m, &ep);
 		CHECK_EQ(kvt_session_new(r.e, &s), 0);
-		bc_generate(r.e, s, prompt, np, g->gen, ref, tref, V);
+		t_greedy(r.e, s, prompt, np, g->gen, ref, tref, V);
 		kvt_session_free(r.e, s);
 		rig_close(&r);
 
@@ -650,7 +635,7 @@ static void bc_decode(const char *name, double tol_f16w)
 			ep.dense = 0;
 			rig_engine(&r, m, &ep);
 			CHECK_EQ(kvt_session_new(r.e, &s), 0);
-			bc_generate(r.e, s, prompt, np, g->gen, got, tgot, V);
+			t_greedy(r.e, s, prompt, np, g->gen, got, tgot, V);
 			snprintf(what, sizeof(what), "%s %s/%s", name, g->name, tiers[ti].name);
 			bc_same_tokens(what, got, ref, tgot, tref, g->gen, V, g->tol);
 			CHECK_EQ(kvt_pager_stats(r.p, &st), 0);

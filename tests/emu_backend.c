@@ -41,14 +41,6 @@
 static void *tag(void *p) { return (void *)((uintptr_t)p | TAG); }
 static void *raw(const void *p) { return (void *)((uintptr_t)p & ~TAG); }
 
-static void emu_log(struct kvt_device *d, const char *msg)
-{
-	kvt_log_fn fn = __atomic_load_n(&d->log, __ATOMIC_ACQUIRE);
-
-	if (fn)
-		fn(d->log_arg, KVT_LOG_ERROR, msg);
-}
-
 /* ---- a queue of work run in order on a thread of its own ---- */
 
 struct work {
@@ -228,7 +220,7 @@ static int emu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, i
 	/* Each end where its direction says: host memory untagged. */
 	int sdev = !!((uintptr_t)src & TAG), ddev = !!((uintptr_t)dst & TAG);
 	if (dir == KVT_H2D ? sdev || !ddev : dir == KVT_D2H ? !sdev || ddev : !sdev || !ddev) {
-		emu_log(d->self, "emu: a copy with its ends on the wrong sides");
+		kvt_dev_log(d->self, KVT_LOG_ERROR, "emu: a copy with its ends on the wrong sides");
 		return -EFAULT;
 	}
 	if (!(seq = submit(&d->copy[dir == KVT_D2H], &w)))

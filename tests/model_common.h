@@ -78,6 +78,25 @@ static inline void rig_engine(struct rig *r, struct kvt_model *m,
 	}
 }
 
+/* Prefill prompt (np tokens; none when np is 0) into s, then decode gen
+ * tokens greedily: each step's logits into logits (gen, V), its argmax
+ * into toks (gen). Exits on any error. */
+static inline void t_greedy(struct kvt_engine *e, struct kvt_session *s, const int32_t *prompt,
+			    unsigned np, unsigned gen, float *logits, int32_t *toks, uint32_t V)
+{
+	if (np)
+		CHECK_EQ(kvt_eval(e, s, prompt, np, NULL, NULL), 0);
+	for (unsigned i = 0; i < gen; i++) {
+		const float *lg = kvt_session_logits(s);
+
+		CHECK(lg);
+		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
+		toks[i] = t_argmax(lg, V);
+		if (i + 1 < gen)
+			CHECK_EQ(kvt_decode(e, &s, &toks[i], 1), 1);
+	}
+}
+
 static inline void rig_close(struct rig *r)
 {
 	kvt_engine_free(r->e);

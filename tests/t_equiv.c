@@ -81,17 +81,7 @@ static void rig_open(struct rig *r, struct kvt_model *m, const struct geo *g,
 static void generate(struct rig *r, struct kvt_session *s, const int32_t *prompt, unsigned np,
 		     unsigned gen, float *logits, int32_t *toks, uint32_t V)
 {
-	if (np)
-		CHECK_EQ(kvt_eval(r->e, s, prompt, np, NULL, NULL), 0);
-	for (unsigned i = 0; i < gen; i++) {
-		const float *lg = kvt_session_logits(s);
-
-		CHECK(lg);
-		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
-		toks[i] = t_argmax(lg, V);
-		if (i + 1 < gen)
-			CHECK_EQ(kvt_decode(r->e, &s, &toks[i], 1), 1);
-	}
+	t_greedy(r->e, s, prompt, np, gen, logits, toks, V);
 }
 
 static void compare(const char *what, const float *a, const float *b, const int32_t *ta,

@@ -319,16 +319,7 @@ static void run(const char *path, int tiered, unsigned np, unsigned gen, float *
 	}
 	rig_open(&r, m, tiered, np + gen);
 	CHECK_EQ(kvt_session_new(r.e, &s), 0);
-	CHECK_EQ(kvt_eval(r.e, s, prompt, np, NULL, NULL), 0);
-	for (unsigned i = 0; i < gen; i++) {
-		const float *lg = kvt_session_logits(s);
-
-		CHECK(lg);
-		memcpy(logits + (size_t)i * V, lg, V * sizeof(float));
-		toks[i] = t_argmax(lg, V);
-		if (i + 1 < gen)
-			CHECK_EQ(kvt_decode(r.e, &s, &toks[i], 1), 1);
-	}
+	t_greedy(r.e, s, prompt, np, gen, logits, toks, V);
 	if (check_paged) {
 		struct kvt_stats st;
 

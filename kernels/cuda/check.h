@@ -17,30 +17,12 @@
 
 #include "kernels/device.h"
 
-/* kvt_dev_log for the plug-in, which calls nothing in libkvt. */
-static inline void cu_log(struct kvt_device *dev, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static inline void cu_log(struct kvt_device *dev, int level, const char *fmt, ...)
-{
-	kvt_log_fn fn = dev ? __atomic_load_n(&dev->log, __ATOMIC_ACQUIRE) : NULL;
-	char msg[512];
-	va_list ap;
-
-	if (!fn)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fn(dev->log_arg, level, msg);
-}
-
 static inline int cu_check(struct kvt_device *dev, cudaError_t e, const char *what,
 			   const char *file, int line)
 {
 	if (e == cudaSuccess)
 		return 0;
-	cu_log(dev, KVT_LOG_ERROR, "cuda: %s:%d: %s: %s (%s)", file, line, what,
+	kvt_dev_log(dev, KVT_LOG_ERROR, "cuda: %s:%d: %s: %s (%s)", file, line, what,
 	       cudaGetErrorString(e), cudaGetErrorName(e));
 	/* Reported now: consume it, or it stays this thread's last error and
 	 * the next kernel launch on the thread (which reads cudaGetLastError)
@@ -55,7 +37,7 @@ static inline int cublas_check(struct kvt_device *dev, cublasStatus_t s, const c
 {
 	if (s == CUBLAS_STATUS_SUCCESS)
 		return 0;
-	cu_log(dev, KVT_LOG_ERROR, "cublas: %s:%d: %s: %s (%d)", file, line, what,
+	kvt_dev_log(dev, KVT_LOG_ERROR, "cublas: %s:%d: %s: %s (%d)", file, line, what,
 	       cublasGetStatusString(s), (int)s);
 	return s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }

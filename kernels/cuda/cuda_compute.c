@@ -279,7 +279,7 @@ static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *ou
 		return -EINVAL;
 	}
 	if ((r = ERR(c, cudaMalloc(&p, bytes)))) {
-		cu_log(c->dev, KVT_LOG_ERROR, "cuda: no room for a %u x %u weight matrix (%zu MiB)",
+		kvt_dev_log(c->dev, KVT_LOG_ERROR, "cuda: no room for a %u x %u weight matrix (%zu MiB)",
 		       w->n_out, w->n_in, bytes >> 20);
 		return r;
 	}

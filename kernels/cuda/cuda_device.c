@@ -364,41 +364,26 @@ static void cu_close(void *ctx)
 	free(d);
 }
 
-static const struct kvt_device_ops cuda_ops = {
-	.name		  = "cuda",
-	.alloc		  = cu_alloc,
-	.free		  = cu_free,
-	.register_host	  = cu_register_host,
-	.unregister_host  = cu_unregister_host,
-	.copy_async	  = cu_copy_async,
-	.fence_wait	  = cu_fence_wait,
-	.fence_done	  = cu_fence_done,
-	.read		  = cu_read,
-	.mem_info	  = cu_mem_info,
-	.describe	  = cu_describe,
-	.host_addressable = 1,
-	.host_visible	  = 0,
-	.close		  = cu_close,
-};
-
-/* The same, for a device whose kernels cannot read registered host
- * memory at its own address: the host tier is always copied up. */
-static const struct kvt_device_ops cuda_ops_nomap = {
-	.name		  = "cuda",
-	.alloc		  = cu_alloc,
-	.free		  = cu_free,
-	.register_host	  = cu_register_host,
-	.unregister_host  = cu_unregister_host,
-	.copy_async	  = cu_copy_async,
-	.fence_wait	  = cu_fence_wait,
-	.fence_done	  = cu_fence_done,
-	.read		  = cu_read,
-	.mem_info	  = cu_mem_info,
-	.describe	  = cu_describe,
-	.host_addressable = 0,
-	.host_visible	  = 0,
-	.close		  = cu_close,
-};
+/* The ops, for a device whose kernels read registered host memory at its
+ * own address (addressable) and for one whose cannot: there the host
+ * tier is always copied up. */
+#define CUDA_OPS(addressable) {				\
+	.name		  = "cuda",			\
+	.alloc		  = cu_alloc,			\
+	.free		  = cu_free,			\
+	.register_host	  = cu_register_host,		\
+	.unregister_host  = cu_unregister_host,		\
+	.copy_async	  = cu_copy_async,		\
+	.fence_wait	  = cu_fence_wait,		\
+	.fence_done	  = cu_fence_done,		\
+	.read		  = cu_read,			\
+	.mem_info	  = cu_mem_info,		\
+	.describe	  = cu_describe,		\
+	.host_addressable = (addressable),		\
+	.host_visible	  = 0,				\
+	.close		  = cu_close,			\
+}
+static const struct kvt_device_ops cuda_ops = CUDA_OPS(1), cuda_ops_nomap = CUDA_OPS(0);
 
 /* ---- open ---- */
 
