@@ -16,9 +16,12 @@
  *
  * Order. Calls on one context run in the order they are made. With
  * KVT_CX_ASYNC they may still be running when the call returns (a CUDA
- * stream): whatever they read (pages, host arrays passed by pointer)
- * must stay valid until sync(), and download() waits for what came
- * before it. Without it every call is done when it returns.
+ * stream): the buffers and pages they read must stay as they are until
+ * sync(), and so must the page list given to attn_pages; download()
+ * waits for what came before it. The small host arguments (a shape, the
+ * arrays of matrices and outputs of matmul_n, rmsnorm's row indices) are
+ * read before the call returns. Without KVT_CX_ASYNC every call is done
+ * when it returns.
  *
  * Threads: one thread drives a context, except that on a backend with
  * parallel() several tasks run attn_pages at once, each on its own part.
@@ -138,7 +141,10 @@ struct kvt_compute_ops {
 	 * log-sum-exp merge). attn_begin starts a call: q (sh->rows, n_head,
 	 * head_dim) and qpos (rows) are buffers, parts the accumulators
 	 * (<= threads()), max_pages the most pages attn_pages will be given
-	 * in this call, in all. attn_pages folds pages into accumulator part
+	 * in this call, in all; q and qpos may be NULL to reserve what a
+	 * call of this shape needs, and nothing more (an engine does so at
+	 * creation, so that decode cannot run out of memory later).
+	 * attn_pages folds pages into accumulator part
 	 * (on a backend with parallel(), from task threads, one part each);
 	 * attn_end merges the parts and writes out (rows, n_head, head_dim),
 	 * zeros for a row that saw nothing. A row sees a token iff its

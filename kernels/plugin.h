@@ -30,7 +30,8 @@ struct kvt_backend_plugin {
 	uint32_t size;			/* sizeof(struct kvt_backend_plugin) there */
 	const char *name;		/* the backend's name: "cuda" */
 	/* Open the backend's device: fill out->ops, ctx, compute and
-	 * in_place_auto (out->log is already set; use it for errors).
+	 * in_place_auto, and keep out to log through later (out->log is set
+	 * by the caller after the open: a failure to open is told in why).
 	 * 0, or -ENODEV (no driver, no device), -ENOMEM, -EIO, with one line
 	 * in why saying what is missing. */
 	int (*open)(struct kvt_device *out, char *why, size_t whylen);

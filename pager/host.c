@@ -204,7 +204,9 @@ static int map_arena(struct kvt_host_arena *a, int mode, size_t *stride)
 static void place_arena(struct kvt_host_arena *a, int node)
 {
 	unsigned long mask[MAX_NODES / (8 * sizeof(unsigned long))];
+	int prefer = node >= 0 && (node & KVT_NUMA_PREFER);
 
+	node &= ~(prefer ? KVT_NUMA_PREFER : 0);
 	a->numa_node = KVT_NUMA_ANY;
 	if (node == KVT_NUMA_ANY)
 		return;
@@ -224,7 +226,8 @@ static void place_arena(struct kvt_host_arena *a, int node)
 		memset(mask, 0, sizeof(mask));
 		mask[node / (8 * sizeof(unsigned long))] |=
 			1UL << (node % (8 * sizeof(unsigned long)));
-		if (mbind(a->base, a->mapped, MPOL_BIND, mask, MAX_NODES + 1, 0)) {
+		if (mbind(a->base, a->mapped, prefer ? MPOL_PREFERRED : MPOL_BIND, mask,
+			  MAX_NODES + 1, 0)) {
 			note(a, "numa: mbind node %d: %s", node, strerror(errno));
 			return;
 		}
@@ -358,8 +361,9 @@ int kvt_host_arena_open(struct kvt_host_arena *a, size_t bytes, int hugepages,
 	if (!bytes || hugepages < KVT_HUGE_OFF || hugepages > KVT_HUGE_THP ||
 	    mlock_mode < KVT_OFF || mlock_mode > KVT_ON)
 		return -EINVAL;
-	if (numa_node != KVT_NUMA_ANY && numa_node != KVT_NUMA_INTERLEAVE &&
-	    (numa_node < 0 || numa_node >= MAX_NODES || numa_node > numa_max_node()))
+	int node = numa_node >= 0 ? numa_node & ~KVT_NUMA_PREFER : numa_node;
+	if (node != KVT_NUMA_ANY && node != KVT_NUMA_INTERLEAVE &&
+	    (node < 0 || node >= MAX_NODES || node > numa_max_node()))
 		return -EINVAL;
 	a->bytes = round_up(bytes, SZ_4K);
 	if (!a->bytes)

@@ -24,6 +24,10 @@ struct kvt_host_arena {
  * threads: prefault threads (0 = online cpus). Returns 0 or -errno
  * (-ENOMEM; a required feature missing: -EPERM for mlock, -ENOMEM for
  * hugetlb, -EINVAL for a bad node). */
+/* numa_node | KVT_NUMA_PREFER: the node preferred (MPOL_PREFERRED), not
+ * bound: pages go elsewhere when it is full. For a node the pager picked
+ * (the GPU's) rather than one the configuration named. */
+#define KVT_NUMA_PREFER	(1 << 20)
 int  kvt_host_arena_open(struct kvt_host_arena *a, size_t bytes, int hugepages,
 			 int mlock_mode, int numa_node, unsigned threads);
 void kvt_host_arena_close(struct kvt_host_arena *a);

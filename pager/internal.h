@@ -137,6 +137,7 @@ struct kvt_pager {
 
 	struct kvt_config cfg;
 	struct kvt_device *dev;
+	int dev_log;		/* we set the device's log: unset it at close */
 	uint16_t	tag;		/* in sequence handles */
 	uint64_t	page_bytes;	/* payload of a page */
 	uint64_t	half;		/* offset of V in a page */

@@ -1437,6 +1437,8 @@ static void pager_free(struct kvt_pager *p)
 	}
 	if (p->fast_mem)
 		p->dev->ops->free(p->dev->ctx, p->fast_mem, p->fast_bytes);
+	if (p->dev_log)		/* the log we lent the device goes with us */
+		kvt_device_set_log(p->dev, NULL, NULL);
 	free(p->pages);
 	free(p->demand.v);
 	free(p->prefetch.v);
@@ -1469,8 +1471,10 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 	pthread_cond_init(&p->done, NULL);
 	p->cfg = *cfg;
 	p->dev = dev;
-	if (!dev->log && cfg->log)
+	if (!dev->log && cfg->log) {
 		kvt_device_set_log(dev, cfg->log, cfg->log_arg);
+		p->dev_log = 1;
+	}
 	r = kvt_config_validate(cfg, err, sizeof(err));
 	if (r) {
 		kvt_plog(p, KVT_LOG_ERROR, "%s", err);
@@ -1520,12 +1524,13 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		goto fail;
 	}
 	/* The host tier goes on the device's node when the device knows it
-	 * and the configuration leaves the choice to us. */
+	 * and the configuration leaves the choice to us: preferred, not
+	 * bound, so a host tier larger than that node spills over. */
 	int node = cfg->host_numa_node;
 	struct kvt_device_info di;
 	if (node == KVT_NUMA_ANY && !dev->ops->host_visible && !kvt_device_info(dev, &di) &&
 	    di.numa_node >= 0)
-		node = di.numa_node;
+		node = di.numa_node | KVT_NUMA_PREFER;
 	r = kvt_host_arena_open(&p->host, res[KVT_TIER_HOST] * pb, cfg->host_hugepages,
 				cfg->host_mlock, node, cfg->host_prefault_threads);
 	if (r) {

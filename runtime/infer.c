@@ -450,6 +450,23 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 		      e->cx.ops->name, strerror(-ret));
 		goto fail;
 	}
+	if (e->p) {
+		/* What attention over the most rows and pages needs, now: a
+		 * decode step must not be the first to run out of memory. */
+		struct kvt_attn_shape sh = {
+			.rows = (unsigned)R, .n_head = hp->n_head, .n_kv_heads = hp->n_head_kv,
+			.head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
+			.kv_type = ep->kv_type,
+		};
+		const struct kvt_compute_ops *o = e->cx.ops;
+
+		if ((ret = o->attn_begin(e->cx.ctx, &sh, NULL, NULL, o->parallel ? e->nthreads : 1,
+					 (unsigned)e->max_pages)) || (ret = o->sync(e->cx.ctx))) {
+			efail(err, errlen, ret, "engine: %s cannot hold attention over %zu rows: %s",
+			      o->name, R, strerror(-ret));
+			goto fail;
+		}
+	}
 	*out = e;
 	return 0;
 nomem:

@@ -342,6 +342,9 @@ double t_rel_err(const float *a, const float *b, size_t n)
 	double d = 0, m = 0;
 
 	for (size_t i = 0; i < n; i++) {
+		/* fmax drops a NaN: a NaN or an infinity anywhere is no match. */
+		if (!isfinite(a[i]) || !isfinite(b[i]))
+			return INFINITY;
 		d = fmax(d, fabs((double)a[i] - b[i]));
 		m = fmax(m, fabs((double)b[i]));
 	}

@@ -91,7 +91,8 @@ const char *t_dir(void);
 
 /* The index of the largest of v[0, n) (the first of equals): greedy's token. */
 int32_t t_argmax(const float *v, size_t n);
-/* max |a - b| / max |b| over n values (max |a - b| when b is all zero). */
+/* max |a - b| / max |b| over n values (max |a - b| when b is all zero);
+ * infinity when a value of either is not finite. */
 double t_rel_err(const float *a, const float *b, size_t n);
 
 #endif
