@@ -41,6 +41,9 @@ enum page_flag {
 	PF_QPREF	= 1 << 5,	/* in the prefetch queue */
 	PF_DOOMED	= 1 << 6,	/* freed while MOVING: free when it lands */
 	PF_UPFAST	= 1 << 7,	/* a batch needs it in the fast tier */
+	PF_STAGED	= 1 << 8,	/* on its way into the landing tier: one of
+					 * p->staged */
+	PF_STAGEPF	= 1 << 9,	/* staged by a prefetch: one of p->staged_pf */
 };
 
 struct page {
@@ -51,7 +54,7 @@ struct page {
 	uint32_t ntok;		/* valid tokens */
 	uint8_t	 state;		/* enum page_state */
 	uint8_t	 top;		/* tier of the authoritative copy */
-	uint8_t	 flags;		/* enum page_flag */
+	uint16_t flags;		/* enum page_flag */
 	int8_t	 err;		/* -errno of the last failed promotion, for waiters */
 	uint32_t frame[KVT_NTIERS];	/* frame per tier, NO_FRAME when none */
 	uint64_t csum;		/* XXH3 of the NVMe copy */
@@ -59,6 +62,7 @@ struct page {
 	uint32_t next_free;	/* free list link */
 	uint32_t seq, layer, index;	/* who created it, for the policies */
 	uint32_t home;		/* NVMe frame it was last given (a placement hint) */
+	uint32_t pf_step;	/* step (mod 2^32) a prefetch landed it in */
 };
 
 /*
@@ -146,6 +150,10 @@ struct kvt_pager {
 	int		last;		/* lowest tier with frames */
 	uint64_t	step;
 	uint64_t	time;		/* counted accesses: the policies' clock */
+	uint64_t	step_pages;	/* pages read in this step (each counted once) */
+	uint32_t	stage[KVT_NTIERS];	/* frames kept for pages in flight into a tier */
+	uint32_t	staged, staged_pf;	/* pages PF_STAGED (in flight up), of them PF_STAGEPF */
+	uint32_t	pf_landed;	/* pages PF_PREFETCHED: landed by a prefetch, not read */
 	int		wants_scores;	/* some tier's policy has on_score */
 
 	struct tier	t[KVT_NTIERS];

@@ -126,6 +126,12 @@ static const struct metric pager_metrics[] = {
 	{ "kvt_nvme_inflight_seconds_total", "counter",
 	  "Seconds x NVMe operations in flight; over kvt_nvme_busy_seconds_total, the mean queue depth.",
 	  S(nvme_depth_ns), V_NS },
+	{ "kvt_nvme_read_min_bytes_total", "counter",
+	  "The least the NVMe tier had to read: each step, the bytes of the pages it read that "
+	  "the fast and host tiers (less their stage) cannot hold. Against "
+	  "kvt_tier_read_bytes_total{tier=\"nvme\"}.", S(read_min_bytes), V_U64 },
+	{ "kvt_read_steps_total", "counter", "Steps that read at least one page.",
+	  S(read_steps), V_U64 },
 	{ "kvt_stall_seconds_total", "counter", "Time kvt_batch_next spent waiting for pages.",
 	  S(stall_ns), V_NS },
 	{ "kvt_nvme_paused", "gauge", "1 while demotion to NVMe is paused after ENOSPC, else 0.",
@@ -197,6 +203,9 @@ static const struct metric tier_metrics[] = {
 	{ "kvt_tier_shrinks_total", "counter", "Live capacity changes down.", T(shrinks), V_U64 },
 	{ "kvt_tier_grows_total", "counter", "Live capacity changes up.", T(grows), V_U64 },
 	{ "kvt_tier_used_bytes", "gauge", "Bytes of frames holding a page.", T(used), V_FRAMES },
+	{ "kvt_tier_stage_bytes", "gauge",
+	  "Bytes of the capacity kept for pages on their way into this tier (not the policy's).",
+	  T(stage), V_FRAMES },
 	{ "kvt_tier_frame_bytes", "gauge", "Bytes per frame.", T(frame_bytes), V_U64 },
 	{ "kvt_tier_hits_total", "counter", "Page lookups that found the page in this tier.",
 	  T(hits), V_U64 },

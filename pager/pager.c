@@ -293,6 +293,18 @@ static void set_top(struct page *pg)
 }
 
 /* Give the page a copy in frame f of tier ti and tell the policy. */
+static void stage_out(struct kvt_pager *p, struct page *pg);
+
+/* A prefetched page is read, or goes: one fewer waiting to be read. */
+static int pf_unset(struct kvt_pager *p, struct page *pg)
+{
+	if (!(pg->flags & PF_PREFETCHED))
+		return 0;
+	pg->flags &= ~PF_PREFETCHED;
+	p->pf_landed--;
+	return 1;
+}
+
 static void place(struct kvt_pager *p, uint32_t slot, int ti, uint32_t f)
 {
 	struct tier *t = &p->t[ti];
@@ -318,10 +330,8 @@ static void unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int 
 	t->pol->on_remove(t->pst, slot, meta_of(t, f));
 	frame_free(t, f);
 	pg->frame[ti] = NO_FRAME;
-	if (ti == p->target && (pg->flags & PF_PREFETCHED)) {
-		pg->flags &= ~PF_PREFETCHED;
+	if (ti == p->target && pf_unset(p, pg))
 		p->st.prefetch_wasted++;
-	}
 	/* A demotion is the page's top copy leaving; dropping a clean copy
 	 * under a copy above is neither. */
 	if (demote && pg->top == ti) {
@@ -400,7 +410,8 @@ static void page_lose(struct kvt_pager *p, uint32_t s)
 		if (pg->frame[ti] != NO_FRAME)
 			unplace(p, s, ti, 0, 0);
 	pg->state = P_LOST;
-	pg->flags &= ~(PF_PREFETCHED | PF_PFMOVE);
+	pf_unset(p, pg);
+	pg->flags &= ~PF_PFMOVE;
 	p->st.lost_pages++;
 }
 
@@ -413,6 +424,48 @@ static void unpin(struct kvt_pager *p, uint32_t s)
 	}
 }
 
+/* The stage: promotions into the tier batches read from (p->target) in
+ * flight at once, at most p->stage[target] of them, prefetches at most
+ * half: so pages on their way in never take more of the tier than the
+ * frames its policy does not get, and a demand is not held up behind a
+ * stream of prefetches. A page counts from the moment it is picked until
+ * it lands (or fails). */
+static void stage_in(struct kvt_pager *p, struct page *pg, int prefetch)
+{
+	pg->flags |= PF_STAGED | (prefetch ? PF_STAGEPF : 0);
+	p->staged++;
+	p->staged_pf += prefetch;
+}
+
+static void stage_out(struct kvt_pager *p, struct page *pg)
+{
+	if (!(pg->flags & PF_STAGED))
+		return;
+	p->staged--;
+	p->staged_pf -= !!(pg->flags & PF_STAGEPF);
+	pg->flags &= ~(PF_STAGED | PF_STAGEPF);
+}
+
+/* How many more pages may start on their way in now, for demand or
+ * prefetch: what the stage has left, or, when the landing tier has more
+ * free frames than its watermark keeps, those (they hold nothing the
+ * tier keeps). */
+static uint32_t stage_room(const struct kvt_pager *p, int prefetch)
+{
+	const struct tier *t = &p->t[p->target];
+	uint32_t cap = p->stage[p->target], room = cap > p->staged ? cap - p->staged : 0;
+	uint32_t spare = t->nfree > t->wm_high + debt(t) ? t->nfree - t->wm_high - debt(t) : 0;
+
+	if (prefetch) {
+		/* Prefetched pages count until they are read: on their way,
+		 * or landed and waiting (they are kept for their reader). */
+		uint32_t held = p->staged_pf + p->pf_landed;
+		uint32_t pf = cap / 2 > held ? cap / 2 - held : 0;
+		room = room < pf ? room : pf;
+	}
+	return room > spare ? room : spare;
+}
+
 /* Count an access: once per page per step. */
 static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
 {
@@ -421,6 +474,7 @@ static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
 		struct tier *t = &p->t[ti];
 		pg->last_step = p->step;
 		p->time++;
+		p->step_pages++;
 		struct kvt_ref r = ref_of(p, s);
 		t->pol->on_access(t->pst, &r, meta_of(t, pg->frame[ti]));
 	}
@@ -503,6 +557,7 @@ static void queue_prefetch(struct kvt_pager *p, uint32_t s)
 struct vctx {
 	struct kvt_pager *p;
 	int tier;
+	int keep_pf;		/* recent prefetched pages are not victims */
 };
 
 static int unevictable(void *arg, uint64_t key)
@@ -517,6 +572,12 @@ static int unevictable(void *arg, uint64_t key)
 	 * pages could block every demotion). */
 	if (c->tier == KVT_TIER_NVME)
 		return copies(pg) == 1;
+	/* A page prefetched in this step or the last stays where batches
+	 * read until it is used; one older than that was not wanted after
+	 * all, and goes like any other (wasted). */
+	if (c->keep_pf && (pg->flags & PF_PREFETCHED) && c->tier == c->p->target &&
+	    (uint32_t)c->p->step - pg->pf_step < 2)
+		return 1;
 	/* A page a batch waits for is kept where the batch will read it. */
 	return pg->pins || (pg->want && c->tier <= c->p->target) ||
 	       (copies(pg) == 1 && c->tier == c->p->last);
@@ -543,7 +604,7 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 	struct tier *t = &p->t[ti];
 	uint64_t keys[MAX_VICTIMS];
 	uint32_t wl[MAX_VICTIMS];
-	struct vctx c = { p, ti };
+	struct vctx c = { p, ti, 1 };
 
 	if (need > t->online)
 		need = t->online;
@@ -553,13 +614,25 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 		if (want > MAX_VICTIMS)
 			want = MAX_VICTIMS;
 		size_t nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
+		if (!nv && c.keep_pf && !prefetch) {
+			/* Nothing else to take: prefetched pages go too. */
+			c.keep_pf = 0;
+			nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
+		}
 		if (!nv)
 			return -ENOSPC;
 		uint32_t nw = 0;
 		for (size_t i = 0; i < nv; i++) {
 			uint32_t s = (uint32_t)keys[i];
 			struct page *pg = &p->pages[s];
-			if (prefetch && (pg->flags & (PF_PREFETCHED | PF_QDEMAND)))
+			/* A prefetch evicts only what is needed later than the
+			 * page it brings: pages read in this step (not needed
+			 * again before the next) or in none of the last two
+			 * (not being read); not one read in the last step and
+			 * not yet in this one (it is due in this step), nor a
+			 * page prefetched or demanded. */
+			if (prefetch && ((pg->flags & (PF_PREFETCHED | PF_QDEMAND)) ||
+					 pg->last_step + 1 == p->step))
 				return -EAGAIN;
 			drop_or_list(p, s, ti, wl, &nw);
 		}
@@ -857,6 +930,7 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 	if (!(pg->flags & PF_PFMOVE) && !x->rres && pg->last_step != p->step) {
 		pg->last_step = p->step;
 		p->time++;
+		p->step_pages++;
 	}
 	if (x->via_nvme && x->rres != -ECANCELED) {
 		kvt_lat_record(&nvme->st, x->lat_ns);
@@ -901,10 +975,14 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 	}
 	if (pg->state == P_READY) {
 		set_top(pg);
-		if ((pg->flags & PF_PFMOVE) && (up_ok || (x->to == NO_FRAME && !x->rres)))
+		if ((pg->flags & PF_PFMOVE) && (up_ok || (x->to == NO_FRAME && !x->rres))) {
 			pg->flags |= PF_PREFETCHED;
+			pg->pf_step = (uint32_t)p->step;
+			p->pf_landed++;
+		}
 	}
 	pg->flags &= ~PF_PFMOVE;
+	stage_out(p, pg);	/* landed, or failed: no longer on its way */
 	if (pg->flags & PF_DOOMED) {
 		pg->flags &= ~PF_DOOMED;
 		page_free(p, x->slot);
@@ -1019,6 +1097,9 @@ static uint32_t pick(struct kvt_pager *p, const struct pref *req, uint32_t n, in
 		} else {
 			x->from = pg->frame[KVT_TIER_HOST];
 		}
+		/* Bound for the tier batches read from: staged until read. */
+		if (x->up ? target == KVT_TIER_FAST : x->via_nvme)
+			stage_in(p, pg, prefetch);
 		mv[kept++] = *x;
 	}
 	return kept;
@@ -1119,10 +1200,12 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 	pthread_mutex_lock(&p->lock);
 	p->kicked = 0;
 	if (!p->stop && !p->jobs && !p->t[KVT_TIER_FAST].waiters) {
-		if (p->demand.n) {
-			n = pq_pop(&p->demand, req, want);
-		} else if (p->prefetch.n) {
-			n = pop_prefetch(p, req, want);
+		uint32_t sr;
+
+		if (p->demand.n && (sr = stage_room(p, 0))) {
+			n = pq_pop(&p->demand, req, want < sr ? want : sr);
+		} else if (!p->demand.n && p->prefetch.n && (sr = stage_room(p, 1))) {
+			n = pop_prefetch(p, req, want < sr ? want : sr);
 			prefetch = 1;
 		}
 	}
@@ -1217,11 +1300,12 @@ static void *migrate_main(void *arg)
 			pthread_cond_broadcast(&p->done);
 			continue;
 		}
-		if (p->demand.n) {
+		uint32_t room = stage_room(p, 0);
+		if (p->demand.n && room) {
 			/* The pages keep PF_QDEMAND until promote() has them
 			 * MOVING or lets them go, so a batch woken meanwhile
 			 * does not queue them twice. */
-			uint32_t n = pq_pop(&p->demand, req, p->move_batch);
+			uint32_t n = pq_pop(&p->demand, req, room < p->move_batch ? room : p->move_batch);
 			promote(p, req, n, 0);
 			continue;
 		}
@@ -1257,10 +1341,20 @@ static void *migrate_main(void *arg)
 		}
 		if (worked)
 			continue;
-		if (p->prefetch.n) {
-			promote(p, req, pop_prefetch(p, req, p->move_batch), 1);
+		room = stage_room(p, 1);
+		if (p->prefetch.n && room) {
+			promote(p, req, pop_prefetch(p, req, room < p->move_batch ? room : p->move_batch), 1);
 			continue;
 		}
+		if (p->prefetch.n && !p->staged_pf && !p->moving) {
+			/* Prefetch's share of the stage is all pages landed and
+			 * not read yet: what is queued behind them could only
+			 * come by evicting pages needed sooner. Dropped. */
+			uint32_t n = pop_prefetch(p, req, MAX_MOVE);
+			p->st.prefetch_dropped += n;
+			continue;
+		}
+
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 20000000;
@@ -1336,6 +1430,22 @@ static void tier_marks(struct kvt_pager *p, int ti)
 	t->wm_min = (uint32_t)((uint64_t)t->online * tc->wm_min / 100);
 	t->wm_low = (uint32_t)((uint64_t)t->online * tc->wm_low / 100);
 	t->wm_high = (uint32_t)((uint64_t)t->online * tc->wm_high / 100);
+	/* The stage: frames the policy's share leaves for pages on their way
+	 * in. Every tier keeps its watermark's free frames; the tier batches
+	 * read from (the landing tier) also keeps what the pages in flight
+	 * and not yet read take: one NVMe ring's worth (io.depth requests of
+	 * io.max_io_bytes, what keeps the disk busy), at most an eighth of
+	 * the tier, at least 8 frames where it has 16. */
+	uint32_t st = t->wm_high;
+	if (ti == p->target && ti < KVT_TIER_NVME) {
+		uint64_t ring = (uint64_t)p->cfg.io_depth * p->cfg.max_io_bytes / p->page_bytes;
+		uint64_t r = t->online / 8 < ring ? t->online / 8 : ring;
+		if (r < 8)
+			r = t->online >= 16 ? 8 : t->online > 1 ? t->online / 2 : 1;
+		if (r > st)
+			st = (uint32_t)r;
+	}
+	p->stage[ti] = st;
 }
 
 /* bytes reserved, of which `online` bytes in service at open. */
@@ -1684,9 +1794,26 @@ KVT_API void kvt_pager_config(const struct kvt_pager *p, struct kvt_config *out)
 	pthread_mutex_unlock(&q->lock);
 }
 
+/* The bytes a tier can hold of a step's pages: its capacity less the
+ * frames kept for pages on their way. Lock held. */
+static uint64_t holds(const struct kvt_pager *p, int ti)
+{
+	uint64_t cap = p->t[ti].online;
+
+	return (cap > p->stage[ti] ? cap - p->stage[ti] : 0) * p->page_bytes;
+}
+
 KVT_API uint64_t kvt_pager_step(struct kvt_pager *p)
 {
 	pthread_mutex_lock(&p->lock);
+	if (p->step_pages) {
+		/* What the step read beyond what the tiers above NVMe hold. */
+		uint64_t read = p->step_pages * p->page_bytes;
+		uint64_t held = holds(p, KVT_TIER_FAST) + holds(p, KVT_TIER_HOST);
+		p->st.read_min_bytes += read > held ? read - held : 0;
+		p->st.read_steps++;
+		p->step_pages = 0;
+	}
 	uint64_t s = ++p->step;
 	if (p->rec)
 		trace_step(p);
@@ -2069,10 +2196,8 @@ static int try_pin(struct kvt_pager *p, struct entry *e, int target)
 	e->ptr = frame_ptr(&p->t[ti], pg->frame[ti]);
 	e->ntok = pg->ntok;
 	touch(p, e->slot, ti);
-	if (pg->flags & PF_PREFETCHED) {
-		pg->flags &= ~PF_PREFETCHED;
+	if (pf_unset(p, pg))
 		p->st.prefetch_hit++;
-	}
 	return 1;
 }
 
@@ -2275,9 +2400,11 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 	if (!b || !view)
 		return -EINVAL;
 	p = b->p;
-	if (consumed(b) - b->unpinned >= 32 && b->rpos < b->nready) {
+	uint32_t nc = consumed(b) - b->unpinned;
+	if (nc && b->rpos < b->nready && (nc >= 32 || b->npend)) {
 		/* Hand consumed pages back now and then, so a large batch does
-		 * not hold the tier for its whole run. */
+		 * not hold the tier for its whole run; at once while pages are
+		 * still on their way: they come through the frames these hold. */
 		pthread_mutex_lock(&p->lock);
 		unpin_consumed(p, b);
 		pthread_mutex_unlock(&p->lock);
@@ -2914,6 +3041,7 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->tier[ti].online = t->nframes - t->noff;
 		st->tier[ti].reserved = t->nframes;
 		st->tier[ti].used = t->nframes - t->nfree - t->noff;
+		st->tier[ti].stage = p->stage[ti];
 	}
 	/* The ring's own counters, as the migration thread last copied them
 	 * (it owns the ring and runs it without the lock). */

@@ -77,6 +77,8 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 	U("nvme_depth_ns", st->nvme_depth_ns);
 	U("enospc", st->enospc);
 	U("stall_ns", st->stall_ns);
+	U("read_min_bytes", st->read_min_bytes);
+	U("read_steps", st->read_steps);
 	put(&o, "\"nvme\":{\"paused\":%d,\"direct\":%d,\"registered_files\":%d,"
 		"\"registered_buffers\":%d,\"notes\":", st->nvme_paused, st->nvme_direct,
 	    st->nvme_registered_files, st->nvme_registered_buffers);
@@ -128,6 +130,7 @@ KVT_API int kvt_stats_json(const struct kvt_stats *st, char *buf, size_t len)
 		U("shrinks", ts->shrinks);
 		U("grows", ts->grows);
 		U("used", ts->used);
+		U("stage", ts->stage);
 		U("frame_bytes", ts->frame_bytes);
 		U("hits", ts->hits);
 		U("misses", ts->misses);

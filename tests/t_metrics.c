@@ -172,6 +172,8 @@ static void fill(struct kvt_stats *st)
 	st->short_ios = 9;
 	st->enospc = 10;
 	st->stall_ns = 2500000000ull;		/* 2.5 s */
+	st->read_min_bytes = 987654321;
+	st->read_steps = 4321;
 	st->nvme_paused = 1;
 	st->nvme_direct = 1;
 	st->nvme_registered_files = 1;
@@ -229,6 +231,8 @@ static void t_filled(int arg)
 	fill(&st);
 	render(&st);
 	has_line("kvt_steps_total 1234567");
+	has_line("kvt_nvme_read_min_bytes_total 987654321");
+	has_line("kvt_read_steps_total 4321");
 	has_line("kvt_sequences 3");
 	has_line("kvt_pages 96");
 	has_line("kvt_acquired_pages_total 5000");

@@ -77,6 +77,19 @@ static void json_ids(const char *json, int k, char *buf, size_t len)
 	buf[e - p] = 0;
 }
 
+/* The number after "key": in JSON, from the first occurrence at or after from. */
+static double json_num(const char *json, const char *from, const char *key)
+{
+	char k[128];
+	const char *p = from ? strstr(json, from) : json;
+
+	CHECK(p);
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(p, k);
+	CHECK(p);
+	return strtod(p + strlen(k), NULL);
+}
+
 int main(void)
 {
 	const char *build = getenv("BUILD"), *tdir = getenv("KVT_TEST_DIR");
@@ -160,6 +173,25 @@ int main(void)
 		}
 	}
 	printf("save + restore in a new process continues the same: %s\n", ids_a);
+
+	/* The bytes figures: each step's least NVMe read (what fast and host,
+	 * less their stage, cannot hold) against what was read, in --json and
+	 * in the summary. KV of ~240 tokens (180 KiB) over 64 KiB of fast and
+	 * host: the pager reads close to the least, never below it. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 40 --temp 0 --ignore-eos --fast 32K --host 32K "
+		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
+	{
+		double mn = json_num(out, NULL, "read_min_bytes"), steps = json_num(out, NULL, "read_steps");
+		double rd = json_num(out, "\"nvme\":{\"capacity\"", "bytes_out");
+
+		printf("nvme read %.0f bytes in %.0f steps, the least %.0f: %.2f times\n", rd, steps, mn,
+		       rd / mn);
+		CHECK(steps >= 32 && mn > 64 * 1024);
+		CHECK(rd >= mn * 0.95 && rd <= mn * 1.25);
+	}
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 8 --temp 0 --ignore-eos --fast 32K --host 32K "
+		     "--nvme-path %s 2>&1", bin, model, path, dir), 0);
+	CHECK(strstr(out, "\nnvme read ") && strstr(out, "MB a step, the least it had to read "));
 
 	/* --tokenize prints the ids -p's text becomes, in the form
 	 * --prompt-ids reads: as many as the run's prompt_tokens, and the two

@@ -52,6 +52,16 @@ void cli_print_tiers(FILE *f, const struct kvt_stats *st)
 			(double)ts->bytes_in / 1e6, (double)ts->bytes_out / 1e6,
 			ts->io_count ? (double)ts->io_ns_total / (double)ts->io_count / 1e3 : 0.0);
 	}
+	if (st->read_steps) {
+		double rd = (double)st->tier[KVT_TIER_NVME].bytes_out / (double)st->read_steps;
+		double mn = (double)st->read_min_bytes / (double)st->read_steps;
+
+		fprintf(f, "\nnvme read %.1f MB a step, the least it had to read %.1f MB a step "
+			"(what fast and host, less their stage, cannot hold)%s",
+			rd / 1e6, mn / 1e6, mn > 0 ? "" : ": none");
+		if (mn > 0)
+			fprintf(f, "; %.2f times that", rd / mn);
+	}
 	fprintf(f, "\nprefetch: issued %llu, hit %llu, late %llu, wasted %llu, dropped %llu; "
 		"stalled %.0f ms; lost pages %llu\n",
 		(unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_hit,

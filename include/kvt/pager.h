@@ -163,6 +163,8 @@ struct kvt_tier_stats {
 	uint64_t reserved;		/* frames reserved at open (max_bytes) */
 	uint64_t shrinks, grows;	/* live capacity changes, down and up */
 	uint64_t used;			/* frames holding a page */
+	uint64_t stage;			/* of the capacity, frames kept for pages on
+					 * their way into this tier */
 	uint64_t frame_bytes;		/* bytes per frame */
 	uint64_t hits, misses;		/* acquires that found / did not find the page here */
 	uint64_t promotions;		/* pages copied into this tier from below */
@@ -189,6 +191,15 @@ struct kvt_stats {
 	uint64_t nvme_depth_ns;		/* ns x operations in flight over that time:
 					 * / nvme_busy_ns = the mean queue depth */
 	uint64_t stall_ns;		/* time kvt_batch_next spent waiting */
+	/* The least the NVMe tier must read: for each step, the bytes of the
+	 * pages it read that the fast and host tiers cannot hold (their
+	 * capacity less the frames kept for pages on their way up,
+	 * kvt_tier_stats.stage), summed over the steps: with full attention every
+	 * page is read once a step, and what does not fit above must come
+	 * up from NVMe. Against tier[KVT_TIER_NVME].bytes_out it says how
+	 * close the tiers come to the minimum. */
+	uint64_t read_min_bytes;
+	uint64_t read_steps;		/* steps that read at least one page */
 	int	 nvme_paused;		/* demotion to NVMe paused after ENOSPC */
 	int	 nvme_direct;		/* 1 O_DIRECT, 0 buffered */
 	int	 nvme_registered_files, nvme_registered_buffers;
