@@ -563,7 +563,7 @@ KVT_API void kvt_config_default(struct kvt_config *cfg)
 	cfg->dtype_bytes = 2;
 	for (t = 0; t < KVT_NTIERS; t++) {
 		cfg->tier[t].bytes = bytes[t];
-		strcpy(cfg->tier[t].policy, "lru");
+		strcpy(cfg->tier[t].policy, "auto");
 		cfg->tier[t].wm_min = wm[t][0];
 		cfg->tier[t].wm_low = wm[t][1];
 		cfg->tier[t].wm_high = wm[t][2];

@@ -549,7 +549,7 @@ void kvt_sim_config_hdr(struct kvt_sim_config *c, const struct kvt_trace_hdr *h)
 		memcpy(t->policy, h->policy[ti], sizeof(h->policy[ti]));
 		t->policy[sizeof(h->policy[ti])] = 0;
 		if (!t->policy[0])
-			snprintf(t->policy, sizeof(t->policy), "lru");
+			snprintf(t->policy, sizeof(t->policy), "auto");
 	}
 }
 

@@ -93,7 +93,7 @@ static void test_defaults(void)
 	CHECK_EQ(c.tier[KVT_TIER_FAST].bytes, 1ull << 30);
 	CHECK_EQ(c.tier[KVT_TIER_HOST].bytes, 4ull << 30);
 	CHECK_EQ(c.tier[KVT_TIER_NVME].bytes, 64ull << 30);
-	CHECK(!strcmp(c.tier[KVT_TIER_NVME].policy, "lru"));
+	CHECK(!strcmp(c.tier[KVT_TIER_NVME].policy, "auto"));
 	CHECK_EQ(c.tier[KVT_TIER_FAST].wm_high, 4);
 	CHECK_EQ(c.tier[KVT_TIER_NVME].wm_high, 0);
 	CHECK_EQ(c.nvme_direct, KVT_AUTO);

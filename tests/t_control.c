@@ -310,7 +310,7 @@ int main(void)
 	CHECK(strstr(r, "stats json") && strstr(r, "drain"));
 	free(r);
 
-	expect(c, "get tier.fast.policy", "lru\n");
+	expect(c, "get tier.fast.policy", "auto\n");
 	expect(c, "set tier.fast.policy=arc", "ok\n");
 	expect(c, "get tier.fast.policy", "arc\n");
 	expect_error(c, "set io.depth=8", NULL);

@@ -608,6 +608,9 @@ static void run(uint32_t seed, unsigned ops, unsigned inplace)
 	rng = seed * 0x9E3779B97F4A7C15ull + 1;
 	t_config(&cfg, LAYERS, 12, 10, 400);
 	cfg.host_in_place = (int)inplace;
+	/* The directed cases name where LRU leaves pages. */
+	for (int t = 0; t < KVT_NTIERS; t++)
+		snprintf(cfg.tier[t].policy, sizeof(cfg.tier[t].policy), "lru");
 	P = t_open(&cfg, &dev);
 	memset(S, 0, sizeof(S));
 	expect_step = 0;

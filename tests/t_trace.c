@@ -361,7 +361,7 @@ static void t_live(int in_place)
 	CHECK_EQ(t.hdr.page_tokens, PT);
 	CHECK_EQ(t.hdr.n_layers, LAYERS);
 	CHECK_EQ(t.hdr.dropped, 0);
-	CHECK(!strcmp(t.hdr.policy[0], "lru"));
+	CHECK(!strcmp(t.hdr.policy[0], "auto"));
 	CHECK(t.hdr.config_len > 0 && memmem(t.config, t.hdr.config_len, "page_tokens", 11));
 	CHECK_EQ(kvt_trace_summarize(&t, &s), 0);
 

@@ -65,7 +65,7 @@ static void usage(FILE *f)
 		"  --no-bar              no progress bar\n"
 		"\n"
 		"mrc\n"
-		"  --policies LIST       comma-separated policy specs (default lru,clock,s3fifo,sieve)\n"
+		"  --policies LIST       comma-separated policy specs (default auto,lru,clock,s3fifo,sieve)\n"
 		"  --sizes LIST          sizes as for --tier: 1%%,2%%,5%% or 1000,2000 or 64M,128M\n"
 		"                        (default 1%%,2%%,5%%,10%%,20%%,30%%,40%%,50%%,75%%,90%%)\n"
 		"  --threads N           replays at once (default: the CPUs); output is the same\n"
@@ -691,7 +691,7 @@ static int cmd_mrc(int argc, char **argv)
 		{ "plot", required_argument, 0, 'P' }, { "title", required_argument, 0, 'i' },
 		{ "page-bytes", required_argument, 0, 'b' },
 		{ "no-bar", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0 } };
-	char pol_buf[1024] = "lru,clock,s3fifo,sieve";
+	char pol_buf[1024] = "auto,lru,clock,s3fifo,sieve";
 	char size_buf[1024] = "1%,2%,5%,10%,20%,30%,40%,50%,75%,90%";
 	const char *csv = NULL, *jsn = NULL, *plots[8], *title = NULL;
 	unsigned nplots = 0;
