@@ -214,6 +214,15 @@ int main(void)
 		CHECK_EQ(run("cmp %s/text.f32 %s/ids.f32 && test -s %s/ids.f32", dir, dir, dir), 0);
 	}
 
+	/* --policy NAME:key=value is a policy with parameters for every tier,
+	 * not a tier named "NAME:key"; TIER=NAME:key=value is one tier's. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--policy s3fifo:small=20 2>&1", bin, model, path, dir), 0);
+	CHECK(strstr(out, "policy s3fifo:small=20/s3fifo:small=20/s3fifo:small=20,"));
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--policy host=s3fifo:small=20 2>&1", bin, model, path, dir), 0);
+	CHECK(strstr(out, "policy auto/s3fifo:small=20/auto,"));
+
 	/* The device: cpu by name, and the line that says which, with the
 	 * kernels it runs; cuda by name either runs on a GPU or fails with
 	 * the reason and exit 1; auto says why it is on the cpu. */

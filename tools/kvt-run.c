@@ -181,9 +181,12 @@ static void set_key(struct opts *o, const char *key, const char *val)
 
 static void set_policy(struct opts *o, const char *arg)
 {
-	const char *eq = strchr(arg, '=');
+	const char *eq = strchr(arg, '='), *colon = strchr(arg, ':');
 	char key[64];
 	int t;
+
+	if (colon && eq && colon < eq)
+		eq = NULL;	/* NAME:key=value: a policy's parameters, every tier */
 
 	for (t = 0; t < KVT_NTIERS; t++) {
 		size_t n = strlen(kvt_tier_name(t));
