@@ -154,6 +154,7 @@ struct kvt_pager {
 	uint32_t	stage[KVT_NTIERS];	/* frames kept for pages in flight into a tier */
 	uint32_t	staged, staged_pf;	/* pages PF_STAGED (in flight up), of them PF_STAGEPF */
 	uint32_t	pf_landed;	/* pages PF_PREFETCHED: landed by a prefetch, not read */
+	uint32_t	dups;		/* pages with a copy in both fast and host */
 	int		wants_scores;	/* some tier's policy has on_score */
 
 	struct tier	t[KVT_NTIERS];

@@ -312,6 +312,8 @@ static void place(struct kvt_pager *p, uint32_t slot, int ti, uint32_t f)
 
 	pg->frame[ti] = f;
 	t->owner[f] = slot;
+	if (ti < KVT_TIER_NVME && pg->frame[!ti] != NO_FRAME)
+		p->dups++;
 	struct kvt_ref r = ref_of(p, slot);
 
 	memset(meta_of(t, f), 0, t->pol->meta_size);
@@ -330,6 +332,8 @@ static void unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int 
 	t->pol->on_remove(t->pst, slot, meta_of(t, f));
 	frame_free(t, f);
 	pg->frame[ti] = NO_FRAME;
+	if (ti < KVT_TIER_NVME && pg->frame[!ti] != NO_FRAME)
+		p->dups--;
 	if (ti == p->target && pf_unset(p, pg))
 		p->st.prefetch_wasted++;
 	/* A demotion is the page's top copy leaving; dropping a clean copy
@@ -558,6 +562,7 @@ struct vctx {
 	struct kvt_pager *p;
 	int tier;
 	int keep_pf;		/* recent prefetched pages are not victims */
+	int dup_only;		/* only pages with a copy in the other upper tier */
 };
 
 static int unevictable(void *arg, uint64_t key)
@@ -572,6 +577,8 @@ static int unevictable(void *arg, uint64_t key)
 	 * pages could block every demotion). */
 	if (c->tier == KVT_TIER_NVME)
 		return copies(pg) == 1;
+	if (c->dup_only && pg->frame[!c->tier] == NO_FRAME)
+		return 1;
 	/* A page prefetched in this step or the last stays where batches
 	 * read until it is used; one older than that was not wanted after
 	 * all, and goes like any other (wasted). */
@@ -604,7 +611,7 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 	struct tier *t = &p->t[ti];
 	uint64_t keys[MAX_VICTIMS];
 	uint32_t wl[MAX_VICTIMS];
-	struct vctx c = { p, ti, 1 };
+	struct vctx c = { p, ti, 1, 0 };
 
 	if (need > t->online)
 		need = t->online;
@@ -613,7 +620,16 @@ static int reclaim(struct kvt_pager *p, int ti, uint32_t need, int prefetch)
 		uint32_t want = need - (need < t->nfree ? need : t->nfree) + debt(t);
 		if (want > MAX_VICTIMS)
 			want = MAX_VICTIMS;
-		size_t nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
+		size_t nv = 0;
+		if (p->target == KVT_TIER_FAST && ti < KVT_TIER_NVME && p->dups) {
+			/* Copying up, a page in both fast and host is held
+			 * twice: drop one of its copies before any page goes. */
+			c.dup_only = 1;
+			nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
+			c.dup_only = 0;
+		}
+		if (!nv)
+			nv = t->pol->victims(t->pst, keys, want, unevictable, &c);
 		if (!nv && c.keep_pf && !prefetch) {
 			/* Nothing else to take: prefetched pages go too. */
 			c.keep_pf = 0;
@@ -1437,7 +1453,9 @@ static void tier_marks(struct kvt_pager *p, int ti)
 	 * io.max_io_bytes, what keeps the disk busy), at most an eighth of
 	 * the tier, at least 8 frames where it has 16. */
 	uint32_t st = t->wm_high;
-	if (ti == p->target && ti < KVT_TIER_NVME) {
+	/* The landing tier, and when pages are copied up, the host tier
+	 * their NVMe reads land in on the way. */
+	if (ti == p->target || (ti == KVT_TIER_HOST && p->target == KVT_TIER_FAST)) {
 		uint64_t ring = (uint64_t)p->cfg.io_depth * p->cfg.max_io_bytes / p->page_bytes;
 		uint64_t r = t->online / 8 < ring ? t->online / 8 : ring;
 		if (r < 8)
@@ -1657,6 +1675,8 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		if (r && !dev->ops->host_visible && p->target == KVT_TIER_HOST) {
 			/* Kernels can read only registered host memory in place. */
 			p->target = KVT_TIER_FAST;
+			tier_marks(p, KVT_TIER_FAST);	/* the stages move with it */
+			tier_marks(p, KVT_TIER_HOST);
 			kvt_plog(p, KVT_LOG_WARN, "host tier: %s cannot register it (%s): pages are "
 				 "copied up, not read in place", dev->ops->name, strerror(-r));
 		} else if (r) {
@@ -3183,7 +3203,7 @@ KVT_API int kvt_pager_trace_stop(struct kvt_pager *p)
 
 int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 {
-	uint32_t live = 0;
+	uint32_t live = 0, dups = 0, staged = 0, staged_pf = 0, pf_landed = 0;
 
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		struct tier *t = &p->t[ti];
@@ -3227,6 +3247,10 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 			continue;
 		}
 		live++;
+		dups += pg->frame[KVT_TIER_FAST] != NO_FRAME && pg->frame[KVT_TIER_HOST] != NO_FRAME;
+		staged += !!(pg->flags & PF_STAGED);
+		staged_pf += !!(pg->flags & PF_STAGEPF);
+		pf_landed += !!(pg->flags & PF_PREFETCHED);
 		if (!pg->refs && !(pg->flags & PF_DOOMED))
 			BAD("page %u live with no references", s);
 		for (int ti = 0; ti < KVT_NTIERS; ti++)
@@ -3249,6 +3273,11 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 	}
 	if (live != p->live_pages)
 		BAD("%u live pages counted, %u recorded", live, p->live_pages);
+	if (dups != p->dups || staged != p->staged || staged_pf != p->staged_pf ||
+	    pf_landed != p->pf_landed)
+		BAD("counted %u in fast and host, %u staged (%u by prefetch), %u prefetched "
+		    "unread; recorded %u, %u (%u), %u", dups, staged, staged_pf, pf_landed, p->dups,
+		    p->staged, p->staged_pf, p->pf_landed);
 	/* References held by the sequences' tables. */
 	uint32_t *refs = calloc(p->npages + 1, sizeof(*refs));
 	if (!refs)

@@ -697,6 +697,7 @@ struct stier {
 	double	  up_cost, down_cost;	/* seconds per page moved up out / down in */
 	struct sim *s;		/* unevictable()'s context: */
 	int	  ti;
+	int	  dup_only;	/* only pages with a copy in the other top tier */
 };
 
 struct sim {
@@ -711,6 +712,7 @@ struct sim {
 	uint64_t *last_step;	/* (npages) step of the last counted access */
 	uint32_t *nextu;	/* (npages) next use (offline policies), or NULL */
 	uint32_t  moving;	/* the page a promotion is bringing up */
+	uint32_t  dups;		/* pages with a copy in both tiers 0 and 1 */
 	/* Pager traces: the policies see the pager's keys (the page slot,
 	 * reused after a free, so a ghost may match a new page as it does
 	 * live); slot2id maps a slot to the page now in it. Else keys are
@@ -802,6 +804,8 @@ static void place(struct sim *s, int ti, uint32_t id, uint32_t f)
 
 	fr(s, id)[ti] = f;
 	t->owner[f] = id;
+	if (ti < 2 && s->nt >= 2 && fr(s, id)[!ti] != KVT_SIM_NONE)
+		s->dups++;
 	if (s->slots)
 		s->slot2id[(uint32_t)s->t->key[id]] = id;
 	memset(meta_at(t, f), 0, t->msz);
@@ -823,6 +827,8 @@ static void unplace(struct sim *s, int ti, uint32_t id, int demote, int drop)
 	t->owner[f] = KVT_SIM_NONE;
 	t->freel[t->nfree++] = f;
 	fr(s, id)[ti] = KVT_SIM_NONE;
+	if (ti < 2 && s->nt >= 2 && fr(s, id)[!ti] != KVT_SIM_NONE)
+		s->dups--;
 	if (demote && tp == (unsigned)ti) {
 		s->r->tier[ti].demotions++;
 		s->r->tier[ti].drops += drop;
@@ -842,6 +848,8 @@ static int unevictable(void *arg, uint64_t key)
 	 * the page is pinned (the pager's NVMe rule). */
 	if (t->ti >= 2)
 		return only_last;
+	if (t->dup_only && fr(s, id)[!t->ti] == KVT_SIM_NONE)
+		return 1;
 	return s->pin[id] || only_last;
 }
 
@@ -870,7 +878,16 @@ static int reclaim(struct sim *s, int ti, uint32_t need, int pf)
 		uint32_t want = need - t->nfree, before = t->nfree;
 		if (want > MAX_VICTIMS)
 			want = MAX_VICTIMS;
-		size_t nv = t->pol->victims(t->pst, keys, want, unevictable, t);
+		size_t nv = 0;
+		if (ti < 2 && s->nt >= 2 && s->dups) {
+			/* As the pager copying up: a page in both of the top
+			 * tiers gives up one copy before any page goes. */
+			t->dup_only = 1;
+			nv = t->pol->victims(t->pst, keys, want, unevictable, t);
+			t->dup_only = 0;
+		}
+		if (!nv)
+			nv = t->pol->victims(t->pst, keys, want, unevictable, t);
 		if (!nv)
 			return -ENOSPC;
 		uint32_t nw = 0;

@@ -4,9 +4,11 @@
  * layer read once a step, layer after layer, by one thread or two (each
  * half a layer, as the runtime's compute threads do), with the default
  * settings: the auto policy, layer-ahead prefetch, the host tier read in
- * place. Fast and host hold a quarter of the KV each, so half of every
+ * place; and again with pages copied up to the fast tier before they are
+ * read, as on a GPU that does not read host memory in place. Fast and
+ * host hold a quarter of the KV each, so half of every
  * step must come up from NVMe. After two steps, each step reads from NVMe
- * at most 1.05 times the least it must (kvt_stats.read_min_bytes: what
+ * at most 1.05 times the least it must (1.10 copying up) (kvt_stats.read_min_bytes: what
  * fast and host, less the frames kept for pages on their way, cannot
  * hold), for every context size tried; pages read are checked bit for
  * bit on the first step. The same scan with LRU in every tier reads far
@@ -71,7 +73,8 @@ static void scan(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
 
 /* NVMe pages read a step over the least, after two steps; policy NULL:
  * the default. */
-static double ratio(unsigned layers, unsigned per, unsigned threads, const char *policy)
+static double ratio(unsigned layers, unsigned per, unsigned threads, const char *policy,
+		    int in_place)
 {
 	unsigned total = layers * per, steps = 8;
 	struct kvt_config cfg;
@@ -80,7 +83,7 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 	kvt_seq_t s;
 
 	t_config(&cfg, layers, total / 4, total / 4, total * 2);
-	cfg.host_in_place = KVT_IN_PLACE_AUTO;		/* the defaults */
+	cfg.host_in_place = in_place;	/* KVT_IN_PLACE_AUTO: the default */
 	cfg.prefetch_depth = 2;
 	for (int i = 0; policy && i < KVT_NTIERS; i++)
 		snprintf(cfg.tier[i].policy, sizeof(cfg.tier[i].policy), "%s", policy);
@@ -100,9 +103,10 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 	 * that, and the stage takes a little more. */
 	CHECK(mn >= (uint64_t)steps * total / 2);
 	CHECK_EQ(b.read_steps - a.read_steps, steps);
-	printf("%u layers x %u pages, %u reader%s, %s: %.1f pages a step from NVMe, the least "
-	       "%.1f: %.3f; prefetch hit %llu, late %llu, wasted %llu, dropped %llu\n", layers,
+	printf("%u layers x %u pages, %u reader%s, %s, %s: %.1f pages a step from NVMe, the "
+	       "least %.1f: %.3f; prefetch hit %llu, late %llu, wasted %llu, dropped %llu\n", layers,
 	       per, threads, threads > 1 ? "s" : "", policy ? policy : "default policy",
+	       in_place ? "host read in place" : "pages copied up",
 	       (double)rd / steps, (double)mn / steps, (double)rd / (double)mn,
 	       (unsigned long long)(b.prefetch_hit - a.prefetch_hit),
 	       (unsigned long long)(b.prefetch_late - a.prefetch_late),
@@ -119,9 +123,16 @@ int main(void)
 	static const unsigned geo[][2] = { { 4, 64 }, { 8, 128 }, { 8, 256 } };
 
 	for (unsigned g = 0; g < sizeof(geo) / sizeof(geo[0]); g++)
-		for (unsigned threads = 1; threads <= 2; threads++)
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL) <= 1.05);
+		for (unsigned threads = 1; threads <= 2; threads++) {
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO) <= 1.05);
+			/* Copied up, as on a GPU that does not read the host
+			 * tier in place: every page read from NVMe passes
+			 * through both. 1.01 to 1.07 as run: short of the
+			 * 1.05 goal now and then, and held to 1.10 here (it
+			 * was 1.16 to 1.32 while a page could sit in both). */
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0) <= 1.10);
+		}
 	/* Recency alone on a scan: the host tier ends up a staging buffer. */
-	CHECK(ratio(8, 256, 1, "lru") > 1.2);
+	CHECK(ratio(8, 256, 1, "lru", KVT_IN_PLACE_AUTO) > 1.2);
 	return 0;
 }
