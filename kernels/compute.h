@@ -38,11 +38,17 @@
 struct kvt_device;
 
 /* Weight types: GGUF's type codes (runtime/gguf.h, enum kvt_ggml_type). */
-enum kvt_wtype { KVT_W_F32 = 0, KVT_W_F16 = 1, KVT_W_Q8_0 = 8, KVT_W_BF16 = 30 };
+enum kvt_wtype {
+	KVT_W_F32 = 0, KVT_W_F16 = 1,
+	KVT_W_Q4_0 = 2, KVT_W_Q4_1 = 3, KVT_W_Q5_0 = 6, KVT_W_Q5_1 = 7, KVT_W_Q8_0 = 8,
+	KVT_W_Q2_K = 10, KVT_W_Q3_K = 11, KVT_W_Q4_K = 12, KVT_W_Q5_K = 13, KVT_W_Q6_K = 14,
+	KVT_W_BF16 = 30,
+};
 
 /* A weight matrix (n_out, n_in) in GGUF layout: n_out rows of n_in values
- * (ne[0] = n_in contiguous), in F32, F16, BF16 or Q8_0 (blocks of 32:
- * an f16 scale d, then 32 int8 q, value d * q; n_in a multiple of 32). */
+ * (ne[0] = n_in contiguous), in F32, F16, BF16 or one of GGML's block
+ * types above (kernels/cpu/quants.h: blocks of 32 values, 256 for the
+ * _K types; n_in a whole number of blocks). */
 struct kvt_mat {
 	const void *data;
 	uint32_t type;			/* enum kvt_wtype */

@@ -19,7 +19,9 @@
 #include <string.h>
 #include <cblas.h>
 
+#include "kernels/cpu/half.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KVT_X86 1
@@ -106,68 +108,6 @@ void kvt_cpu_set_simd_max(int level)
 }
 
 /* ---- f16 ---- */
-
-static inline float f32_of(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-static inline uint32_t bits_of(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-/* Half to float, exact. A NaN keeps its sign and payload and comes back
- * quiet, as vcvtph2ps does. */
-static float h2f(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = h >> 10 & 0x1f, m = h & 0x3ff;
-
-	if (e == 0x1f)
-		return f32_of(sign | 0x7f800000 | (m ? 0x400000 | m << 13 : 0));
-	if (e)
-		return f32_of(sign | (e + 112) << 23 | m << 13);
-	if (!m)
-		return f32_of(sign);
-	e = 113;			/* subnormal m * 2^-24: normalise */
-	while (!(m & 0x400)) {
-		m <<= 1;
-		e--;
-	}
-	return f32_of(sign | e << 23 | (m & 0x3ff) << 13);
-}
-
-/* Float to half, rounding to nearest even; overflow gives inf, tiny
- * values subnormals or zero; a NaN comes back quiet with the top of its
- * payload, as vcvtps2ph does. Integer only, so no FPU mode matters. */
-static uint16_t f2h(float f)
-{
-	uint32_t x = bits_of(f), sign = x >> 16 & 0x8000, m, q, rem, half;
-	unsigned shift;
-
-	x &= 0x7fffffff;
-	if (x > 0x7f800000)
-		return (uint16_t)(sign | 0x7e00 | (x >> 13 & 0x3ff));
-	if (x >= 0x477ff000)		/* 65520 and up round to inf */
-		return (uint16_t)(sign | 0x7c00);
-	if (x >= 0x38800000) {		/* normal half: rebias by 112 */
-		x -= 0x38000000;
-		return (uint16_t)(sign | (x + 0xfff + (x >> 13 & 1)) >> 13);
-	}
-	if (x <= 0x33000000)		/* at most half the smallest subnormal */
-		return (uint16_t)sign;
-	m = (x & 0x7fffff) | 0x800000;	/* value m * 2^(e - 150), in units of 2^-24: */
-	shift = 126 - (x >> 23);	/* 14..24 */
-	q = m >> shift;
-	rem = m & ((1u << shift) - 1);
-	half = 1u << (shift - 1);
-	q += rem > half || (rem == half && (q & 1));
-	return (uint16_t)(sign | q);
-}
 
 #ifdef KVT_X86
 AVX2 static void f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n)
@@ -397,10 +337,14 @@ static size_t row_bytes(uint32_t type, uint32_t n_in)
 	case W_F16:
 	case W_BF16:
 		return (size_t)n_in * 2;
-	case W_Q8_0:
-		return n_in % QK ? 0 : (size_t)n_in / QK * Q8_SZ;
 	}
-	return 0;
+	const struct kvt_qtype *t = kvt_qtype(type);
+	return !t || n_in % t->blk ? 0 : (size_t)n_in / t->blk * t->size;
+}
+
+size_t kvt_mat_row_bytes(uint32_t type, uint32_t n_in)
+{
+	return row_bytes(type, n_in);
 }
 
 static inline float bf2f(uint16_t b)
@@ -447,8 +391,8 @@ AVX2 static void q8_to_f32_avx2(float *dst, const uint8_t *src, size_t nblk)
 }
 #endif
 
-/* n values of a weight row from value i0 on, as f32 (for Q8_0, i0 and n
- * are multiples of QK). */
+/* n values of a weight row from value i0 on, as f32 (for block types, i0
+ * and n are whole blocks). */
 static void row_to_f32(float *dst, uint32_t type, const void *row, size_t i0, size_t n, int simd)
 {
 	const uint16_t *h = (const uint16_t *)row + i0;
@@ -489,6 +433,12 @@ static void row_to_f32(float *dst, uint32_t type, const void *row, size_t i0, si
 		}
 		return;
 	}
+	const struct kvt_qtype *t = kvt_qtype(type);
+	kvt_dequant_block_fn dq = kvt_dequant_block(type, simd);
+	const uint8_t *b = (const uint8_t *)row + i0 / t->blk * t->size;
+
+	for (size_t k = 0; k < n / t->blk; k++, b += t->size)
+		dq(dst + k * t->blk, b);
 }
 
 void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id)
@@ -654,6 +604,57 @@ DEF_DOTS(AVX2, dots_bf16_avx2, dots_body(w, wst, x, ldx, n, NN, RR, W_BF16, out)
 DEF_DOTS(AVX2, dots_q8_avx2, for (unsigned k = 0; k < NN; k++)
 	 dots_q8_body((const char *)w + k * wst, x, ldx, n, RR, out + 4 * k))
 
+/* The other block types: each weight row a block at a time into f32 in
+ * L1 (dq, the block's AVX2 dequantizer where it has one), then FMAs
+ * against R rows of x. blk values of bsz bytes per block. */
+AVX2_INLINE void dq_body(kvt_dequant_block_fn dq, unsigned blk, unsigned bsz, const void *w0,
+			 size_t wst, const float *x, size_t ldx, unsigned n, unsigned NW,
+			 unsigned R, float *out)
+{
+	float buf[2][256] __attribute__((aligned(32)));
+	__m256 acc[2][4][2];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r][0] = acc[k][r][1] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < n / blk; b++) {
+		const float *xb = x + (size_t)b * blk;
+
+		for (unsigned k = 0; k < NW; k++)
+			dq(buf[k], (const uint8_t *)w0 + k * wst + (size_t)b * bsz);
+		for (unsigned i = 0; i < blk; i += 16)
+			for (unsigned r = 0; r < R; r++) {
+				__m256 x0 = _mm256_loadu_ps(xb + r * ldx + i);
+				__m256 x1 = _mm256_loadu_ps(xb + r * ldx + i + 8);
+				for (unsigned k = 0; k < NW; k++) {
+					acc[k][r][0] = _mm256_fmadd_ps(_mm256_load_ps(buf[k] + i), x0,
+								       acc[k][r][0]);
+					acc[k][r][1] = _mm256_fmadd_ps(_mm256_load_ps(buf[k] + i + 8), x1,
+								       acc[k][r][1]);
+				}
+			}
+	}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum8(_mm256_add_ps(acc[k][r][0], acc[k][r][1]));
+}
+
+AVX2 static void dots_dq_avx2(kvt_dequant_block_fn dq, const struct kvt_qtype *t, const void *w,
+			      size_t wst, unsigned NW, const float *x, size_t ldx, unsigned n,
+			      unsigned R, float *out)
+{
+	switch ((NW - 1) * 4 + R - 1) {
+	case 0: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 1, 1, out); break;
+	case 1: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 1, 2, out); break;
+	case 2: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 1, 3, out); break;
+	case 3: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 1, 4, out); break;
+	case 4: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 2, 1, out); break;
+	case 5: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 2, 2, out); break;
+	case 6: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 2, 3, out); break;
+	default: dq_body(dq, t->blk, t->size, w, wst, x, ldx, n, 2, 4, out); break;
+	}
+}
+
 /* The same with AVX-512F: twice the lanes per instruction, which the
  * conversions (F16, BF16, and above all Q8_0) need to keep up with
  * memory. Not used for F32 (see kvt_matmul). */
@@ -803,7 +804,8 @@ struct mm_job {
 	size_t		 rb;		/* bytes per weight row */
 	unsigned	 blk;		/* weight rows per task */
 	int		 simd;
-	dots_fn		 dots;		/* NULL: dots_scalar */
+	dots_fn		 dots;		/* NULL: dots_dq_avx2 if dq, else dots_scalar */
+	kvt_dequant_block_fn dq;	/* block types but Q8_0, with AVX2 */
 	float		*scratch;	/* (threads, blk, n_in): converted weight rows */
 };
 
@@ -824,6 +826,11 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 
 			if (j->dots)
 				j->dots(wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
+#ifdef KVT_X86
+			else if (j->dq)
+				dots_dq_avx2(j->dq, kvt_qtype(w->type), wr, j->rb, NW, xr, w->n_in,
+					     w->n_in, R, d);
+#endif
 			else
 				dots_scalar(w->type, wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
 			for (unsigned k = 0; k < NW; k++)
@@ -880,12 +887,16 @@ static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
 	 * either way, and 64-byte loads, which straddle two lines unless
 	 * the data is 64-byte aligned (GGUF promises 32), measured 5-10%
 	 * slower. */
-	if (j->simd >= 2 && w->type != W_F32)
+	if (w->type != W_F32 && w->type != W_F16 && w->type != W_BF16 && w->type != W_Q8_0) {
+		if (j->simd)
+			j->dq = kvt_dequant_block(w->type, j->simd);
+	} else if (j->simd >= 2 && w->type != W_F32) {
 		j->dots = w->type == W_F16 ? dots_f16_avx512 : w->type == W_BF16 ?
 			  dots_bf16_avx512 : dots_q8_avx512;
-	else if (j->simd)
+	} else if (j->simd) {
 		j->dots = w->type == W_F32 ? dots_f32_avx2 : w->type == W_F16 ? dots_f16_avx2 :
 			  w->type == W_BF16 ? dots_bf16_avx2 : dots_q8_avx2;
+	}
 #endif
 	/* About four tasks per thread for balance, but each a whole number
 	 * of cache lines of y and worth a task hand-out. */

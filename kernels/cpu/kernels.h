@@ -6,7 +6,8 @@
  *
  * Shapes are given as (outer, ..., inner) with the last one contiguous.
  * Weights keep the GGUF layout: a matrix of n_out rows of n_in values
- * (ne[0] = n_in contiguous), in F32, F16, BF16 or Q8_0.
+ * (ne[0] = n_in contiguous), in F32, F16, BF16 or one of GGML's block
+ * types (quants.h).
  *
  * Nothing here prints, exits or allocates per call except where noted;
  * functions that can fail return 0 or -errno.
@@ -55,8 +56,10 @@ void kvt_pool_run(struct kvt_pool *pool, void (*fn)(void *arg, unsigned task, un
  * sets OpenBLAS to one thread, process-wide: the pool supplies the
  * parallelism, which measured faster on 2 cores than OpenBLAS's own
  * threads, and OpenBLAS's idle threads no longer spin against the pool's.
- * Returns 0, -EINVAL (a type not listed above, a Q8_0 n_in not a multiple
- * of 32) or -ENOMEM (scratch). */
+ * Block types other than Q8_0 take the dot products through their AVX2
+ * dequantizer a block at a time (quants.h), or the reference where they
+ * have none. Returns 0, -EINVAL (a type not listed above, an n_in not a
+ * whole number of the type's blocks) or -ENOMEM (scratch). */
 int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		const struct kvt_mat *w);
 
@@ -68,8 +71,13 @@ int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 int  kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
 		  unsigned rows, const struct kvt_mat *const *w);
 
+/* Bytes of one row of n_in values of type, or 0 for a type the kernels
+ * do not read (or an n_in that is not a whole number of its blocks). */
+size_t kvt_mat_row_bytes(uint32_t type, uint32_t n_in);
+
 /* Row id (< n_out) of W as f32 (n_in values): the token embedding lookup.
- * Exact: f16, bf16 and d * q all fit an f32. Writes nothing for a matrix
+ * Exact: f16, bf16 and d * q all fit an f32; the block types as
+ * llama.cpp dequantizes them. Writes nothing for a matrix
  * kvt_matmul would refuse. */
 void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id);
 

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GGML's block types (kernels/cpu/quants.h):
+ *   layout     hand-built blocks of q4_0, q5_0, q4_k and q6_k give the
+ *              values ggml's layouts say, worked out here by hand;
+ *   roundtrip  every type: our quantizer, then the reference dequantizer,
+ *              within a bound per type (a fraction of the block's range);
+ *   simd       the AVX2 dequantizers equal the reference bit for bit, on
+ *              quantized blocks and on random bytes with finite scales;
+ *   matmul     kvt_matmul on each type (dot products with AVX2 and
+ *              without, and the sgemm path) against a double product over
+ *              the reference's values;
+ *   refused    a model with an iq4_nl tensor is refused naming the tensor
+ *              and the type; kvt-mkmodel's checker refuses a _K type on
+ *              rows that are not whole blocks.
+ * llama.cpp itself reads the files kvt-mkmodel writes in every type the
+ * same way (make xcheck: logits within 5e-2 on the quantized file, within
+ * 1e-5 on its dequantization by tools/xcheck/tof32.py).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/model_common.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
+#include "runtime/gguf.h"
+
+static const uint32_t all[] = {
+	KVT_W_Q4_0, KVT_W_Q4_1, KVT_W_Q5_0, KVT_W_Q5_1, KVT_W_Q8_0,
+	KVT_W_Q2_K, KVT_W_Q3_K, KVT_W_Q4_K, KVT_W_Q5_K, KVT_W_Q6_K,
+};
+#define NTYPES (sizeof(all) / sizeof(all[0]))
+
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void)		/* uniform in [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) / (double)(1 << 24) * 2 - 1);
+}
+
+static void put_h(uint8_t *p, float f)
+{
+	uint16_t h = f2h(f);
+
+	memcpy(p, &h, 2);
+}
+
+/* ---- layout ---- */
+
+static void test_layout(void)
+{
+	uint8_t b[210];
+	float y[256];
+
+	/* q4_0: d = 0.5; byte j holds value j (low) and j + 16 (high). */
+	memset(b, 0, sizeof(b));
+	put_h(b, 0.5f);
+	b[2 + 3] = 0x9F;		/* value 3: 15 - 8 = 7; value 19: 9 - 8 = 1 */
+	kvt_dequant_ref(KVT_W_Q4_0, y, b, 1);
+	CHECK(y[3] == 3.5f && y[19] == 0.5f && y[0] == -4.0f && y[16] == -4.0f);
+
+	/* q5_0: bit j of qh is value j's fifth bit, bit j + 16 value j + 16's. */
+	memset(b, 0, sizeof(b));
+	put_h(b, 1.0f);
+	b[2] = 1 << 5;			/* qh bit 5: value 5 gets 16 */
+	b[4] = 1 << 1;			/* qh bit 17: value 17 gets 16 */
+	b[6 + 5] = 0x03;		/* value 5 low 3 -> 19 - 16 = 3 */
+	kvt_dequant_ref(KVT_W_Q5_0, y, b, 1);
+	CHECK(y[5] == 3.0f && y[17] == 0.0f && y[0] == -16.0f && y[21] == -16.0f);
+
+	/* q4_k: sub-block 5 (values 160..191) has scale (q[9] & 15) | (q[1] >> 6) << 4
+	 * and min (q[9] >> 4) | (q[5] >> 6) << 4; its nibbles are the high
+	 * ones of qs[64..95]. */
+	memset(b, 0, sizeof(b));
+	put_h(b, 0.25f);		/* d */
+	put_h(b + 2, 1.0f);		/* dmin */
+	b[4 + 9] = 0x32;		/* scale low 2, min low 3 */
+	b[4 + 1] = 0x40;		/* scale high 1: 2 + 16 = 18 */
+	b[4 + 5] = 0x80;		/* min high 2: 3 + 32 = 35 */
+	b[16 + 64 + 7] = 0xA0;		/* value 160 + 7: nibble 10 */
+	kvt_dequant_ref(KVT_W_Q4_K, y, b, 1);
+	CHECK(y[167] == 0.25f * 18 * 10 - 35.0f);
+	CHECK(y[160] == -35.0f && y[128] == 0.0f);
+
+	/* q6_k: value 64 + l of chunk 0 is the high nibble of ql[l] with bits
+	 * 4..5 of qh[l], scale sc[4 + l / 16]. */
+	memset(b, 0, sizeof(b));
+	put_h(b + 208, 0.5f);
+	b[2] = 0x70;			/* ql[2] high nibble 7 */
+	b[128 + 2] = 2 << 4;		/* qh[2] bits 4..5 = 2: q = 7 | 32 = 39 */
+	b[192 + 4] = (uint8_t)-3;	/* sc[4] = -3 */
+	kvt_dequant_ref(KVT_W_Q6_K, y, b, 1);
+	CHECK(y[66] == 0.5f * -3 * (39 - 32));
+	CHECK(y[2] == 0.0f);		/* sc[0] = 0 */
+	printf("layout: q4_0, q5_0, q4_k and q6_k as worked by hand\n");
+}
+
+/* ---- roundtrip ---- */
+
+/* Worst error over a block, as a fraction of the block's range: about
+ * half a step of each type's grid, plus the rounding of its scales. */
+static double bound(uint32_t t)
+{
+	switch (t) {
+	case KVT_W_Q8_0: return 0.006;
+	case KVT_W_Q6_K: return 0.03;
+	case KVT_W_Q5_0: case KVT_W_Q5_1: case KVT_W_Q5_K: return 0.04;
+	case KVT_W_Q4_0: case KVT_W_Q4_1: case KVT_W_Q4_K: return 0.08;
+	case KVT_W_Q3_K: return 0.2;
+	}
+	return 0.25;			/* q2_k: four levels */
+}
+
+static void test_roundtrip(void)
+{
+	enum { N = 4096 };
+	static float x[N], y[N];
+	static uint8_t q[N * 2];
+
+	for (unsigned k = 0; k < NTYPES; k++) {
+		const struct kvt_qtype *t = kvt_qtype(all[k]);
+		double worst = 0;
+
+		for (unsigned i = 0; i < N; i++)	/* blocks of different scales */
+			x[i] = frand() * (float)(1 + i / 512) * 0.01f;
+		CHECK_EQ(kvt_quantize(all[k], q, x, N), 0);
+		kvt_dequant_ref(all[k], y, q, N / t->blk);
+		for (unsigned b = 0; b < N / t->blk; b++) {
+			float mn = x[b * t->blk], mx = mn;
+			for (unsigned i = 0; i < t->blk; i++) {
+				mn = fminf(mn, x[b * t->blk + i]);
+				mx = fmaxf(mx, x[b * t->blk + i]);
+			}
+			for (unsigned i = 0; i < t->blk; i++) {
+				double e = fabs((double)y[b * t->blk + i] - x[b * t->blk + i]) / (mx - mn);
+				worst = e > worst ? e : worst;
+			}
+		}
+		printf("roundtrip %-5s worst error %.4f of a block's range (bound %.3f)\n", t->name,
+		       worst, bound(all[k]));
+		CHECK(worst <= bound(all[k]));
+		CHECK_EQ(kvt_quantize(all[k], q, x, t->blk / 2), -EINVAL);
+	}
+	CHECK_EQ(kvt_quantize(KVT_W_F16, q, x, 32), -EINVAL);
+	CHECK(kvt_qtype(KVT_W_F32) == NULL && kvt_qtype(20) == NULL && kvt_qtype(1000) == NULL);
+}
+
+/* ---- simd ---- */
+
+static void test_simd(void)
+{
+	enum { NB = 64 };
+	static uint8_t q[NB * 210];
+	static float x[NB * 256], a[NB * 256], b[NB * 256];
+	unsigned checked = 0;
+
+	if (!kvt_cpu_simd()) {
+		printf("simd: this cpu has no AVX2, only the reference runs\n");
+		return;
+	}
+	for (unsigned k = 0; k < NTYPES; k++) {
+		const struct kvt_qtype *t = kvt_qtype(all[k]);
+
+		for (int pass = 0; pass < 2; pass++) {
+			if (!pass) {
+				for (unsigned i = 0; i < NB * t->blk; i++)
+					x[i] = frand() * 3;
+				kvt_quantize(all[k], q, x, NB * t->blk);
+			} else {
+				/* Random bytes; the f16 scales made finite. */
+				for (unsigned i = 0; i < NB * t->size; i++)
+					q[i] = (uint8_t)(frand() * 128 + 128);
+				for (unsigned bl = 0; bl < NB; bl++)
+					for (unsigned o = 0; o < t->size; o++) {
+						int scale = 0;
+						switch (all[k]) {
+						case KVT_W_Q4_1: case KVT_W_Q5_1: scale = o < 4; break;
+						case KVT_W_Q2_K: scale = o >= 80; break;
+						case KVT_W_Q3_K: scale = o >= 108; break;
+						case KVT_W_Q4_K: case KVT_W_Q5_K: scale = o < 4; break;
+						case KVT_W_Q6_K: scale = o >= 208; break;
+						default: scale = o < 2;
+						}
+						if (scale && (o & 1))	/* high byte: exponent < 31 */
+							q[bl * t->size + o] &= 0xBF;
+					}
+			}
+			kvt_dequant(all[k], a, q, NB, 0);
+			kvt_dequant(all[k], b, q, NB, kvt_cpu_simd());
+			CHECK(memcmp(a, b, NB * t->blk * sizeof(float)) == 0);
+			kvt_dequant_ref(all[k], b, q, NB);
+			CHECK(memcmp(a, b, NB * t->blk * sizeof(float)) == 0);
+			checked++;
+		}
+	}
+	printf("simd: the AVX2 dequantizers equal the reference bit for bit (%u cases)\n", checked);
+}
+
+/* ---- matmul ---- */
+
+static void test_matmul(struct kvt_pool *pool)
+{
+	static const unsigned rowss[] = { 1, 3, 4, 20 };
+	const unsigned n_in = 512, n_out = 40;
+	float *w = malloc((size_t)n_in * n_out * 4), *wd = malloc((size_t)n_in * n_out * 4);
+	float *x = malloc((size_t)20 * n_in * 4), *y = malloc((size_t)20 * n_out * 4);
+	uint8_t *q = malloc((size_t)n_in * n_out * 2);
+
+	CHECK(w && wd && x && y && q);
+	for (unsigned i = 0; i < n_in * n_out; i++)
+		w[i] = frand() * 0.1f;
+	for (unsigned i = 0; i < 20 * n_in; i++)
+		x[i] = frand();
+	for (unsigned k = 0; k < NTYPES; k++) {
+		const struct kvt_qtype *t = kvt_qtype(all[k]);
+		struct kvt_mat m = { q, all[k], n_in, n_out };
+		double worst = 0;
+
+		CHECK_EQ(kvt_quantize(all[k], q, w, (size_t)n_in * n_out), 0);
+		kvt_dequant_ref(all[k], wd, q, (size_t)n_in * n_out / t->blk);
+		CHECK_EQ(kvt_mat_row_bytes(all[k], n_in), n_in / t->blk * t->size);
+		for (int simd = 0; simd <= kvt_cpu_simd(); simd++) {
+			kvt_cpu_set_simd_max(simd);
+			for (unsigned ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+				unsigned rows = rowss[ri];
+
+				CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
+				for (unsigned r = 0; r < rows; r++)
+					for (unsigned o = 0; o < n_out; o++) {
+						double s = 0, mag = 0;
+						for (unsigned i = 0; i < n_in; i++) {
+							s += (double)wd[o * n_in + i] * x[r * n_in + i];
+							mag += fabs((double)wd[o * n_in + i] * x[r * n_in + i]);
+						}
+						double e = fabs(y[r * n_out + o] - s) / mag;
+						worst = e > worst ? e : worst;
+					}
+				/* The embedding row: the reference's values exactly. */
+				float row[512];
+				kvt_mat_row(row, &m, 7);
+				CHECK(memcmp(row, wd + 7 * n_in, n_in * 4) == 0);
+			}
+		}
+		kvt_cpu_set_simd_max(2);
+		printf("matmul %-5s worst error %.2e of sum |w x| (rows 1, 3, 4, 20; every simd level)\n",
+		       t->name, worst);
+		CHECK(worst < 1e-5);
+		/* Rows that are not whole blocks are refused. */
+		struct kvt_mat bad = { q, all[k], t->blk + t->blk / 2, 1 };
+		CHECK_EQ(kvt_matmul(pool, y, x, 1, &bad), -EINVAL);
+	}
+	free(w);
+	free(wd);
+	free(x);
+	free(y);
+	free(q);
+}
+
+/* ---- refused ---- */
+
+static void test_refused(void)
+{
+	struct kvt_synth s = {
+		.layers = 1, .dim = 128, .heads = 4, .kv_heads = 2, .ff = 256, .ctx = 256,
+		.vocab = 300, .seed = 3, .type = KVT_GGML_Q4_0,
+	};
+	char path[512], err[512];
+	struct kvt_gguf *g;
+	struct kvt_model *m;
+	const struct kvt_gguf_tensor *t;
+	uint64_t off;
+	uint32_t iq4_nl = 20;	/* blocks of 32 in 18 bytes, as q4_0's */
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/quants-%d.gguf", t_dir(), (int)getpid());
+	CHECK_EQ(kvt_synth_write(&s, path, err, sizeof(err)), 0);
+	CHECK_EQ(kvt_gguf_open(path, &g, err, sizeof(err)), 0);
+	CHECK(t = kvt_gguf_find_tensor(g, "blk.0.attn_q.weight"));
+	off = t->info_off + 8 + t->name.len + 4 + 8 * t->n_dims;
+	kvt_gguf_close(g);
+	CHECK((fd = open(path, O_WRONLY)) >= 0);
+	CHECK(pwrite(fd, &iq4_nl, 4, (off_t)off) == 4);
+	close(fd);
+	CHECK_EQ(kvt_model_load(path, &m, err, sizeof(err)), -EINVAL);
+	printf("refused: %s\n", err);
+	CHECK(strstr(err, "blk.0.attn_q.weight") && strstr(err, "iq4_nl"));
+	unlink(path);
+
+	s.type = KVT_GGML_Q4_K;		/* dim 128: half a block */
+	CHECK_EQ(kvt_synth_check(&s, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "multiples of 256"));
+	s.dim = 256;
+	s.ff = 512;
+	CHECK_EQ(kvt_synth_check(&s, err, sizeof(err)), 0);
+}
+
+int main(void)
+{
+	struct kvt_pool *pool;
+
+	CHECK_EQ(kvt_pool_new(2, &pool), 0);
+	test_layout();
+	test_roundtrip();
+	test_simd();
+	test_matmul(pool);
+	test_refused();
+	kvt_pool_free(pool);
+	return 0;
+}
