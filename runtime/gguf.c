@@ -126,15 +126,31 @@ static int vsize(uint32_t t)
 	return t < sizeof(sz) ? sz[t] : -1;
 }
 
+/* Every tensor type GGUF files carry (ggml's type_traits): its name,
+ * values per block and bytes per block, so that any file parses and the
+ * loader can name the type of a tensor it does not compute with. */
+static const struct { const char *name; uint16_t blk, size; } ggml_types[] = {
+	[0] = { "f32", 1, 4 },		[1] = { "f16", 1, 2 },
+	[2] = { "q4_0", 32, 18 },	[3] = { "q4_1", 32, 20 },
+	[6] = { "q5_0", 32, 22 },	[7] = { "q5_1", 32, 24 },
+	[8] = { "q8_0", 32, 34 },	[9] = { "q8_1", 32, 36 },
+	[10] = { "q2_k", 256, 84 },	[11] = { "q3_k", 256, 110 },
+	[12] = { "q4_k", 256, 144 },	[13] = { "q5_k", 256, 176 },
+	[14] = { "q6_k", 256, 210 },	[15] = { "q8_k", 256, 292 },
+	[16] = { "iq2_xxs", 256, 66 },	[17] = { "iq2_xs", 256, 74 },
+	[18] = { "iq3_xxs", 256, 98 },	[19] = { "iq1_s", 256, 50 },
+	[20] = { "iq4_nl", 32, 18 },	[21] = { "iq3_s", 256, 110 },
+	[22] = { "iq2_s", 256, 82 },	[23] = { "iq4_xs", 256, 136 },
+	[24] = { "i8", 1, 1 },		[25] = { "i16", 1, 2 },
+	[26] = { "i32", 1, 4 },		[27] = { "i64", 1, 8 },
+	[28] = { "f64", 1, 8 },		[29] = { "iq1_m", 256, 56 },
+	[30] = { "bf16", 1, 2 },	[34] = { "tq1_0", 256, 54 },
+	[35] = { "tq2_0", 256, 66 },	[39] = { "mxfp4", 32, 17 },
+};
+
 const char *kvt_ggml_type_name(uint32_t type)
 {
-	switch (type) {
-	case KVT_GGML_F32: return "f32";
-	case KVT_GGML_F16: return "f16";
-	case KVT_GGML_BF16: return "bf16";
-	case KVT_GGML_Q8_0: return "q8_0";
-	}
-	return NULL;
+	return type < sizeof(ggml_types) / sizeof(ggml_types[0]) ? ggml_types[type].name : NULL;
 }
 
 int kvt_ggml_nbytes(uint32_t type, uint32_t n_dims, const uint64_t *ne, uint64_t *bytes)
@@ -142,28 +158,11 @@ int kvt_ggml_nbytes(uint32_t type, uint32_t n_dims, const uint64_t *ne, uint64_t
 	uint64_t b;
 	uint32_t i;
 
-	if (n_dims < 1 || n_dims > KVT_GGUF_MAX_DIMS)
+	if (n_dims < 1 || n_dims > KVT_GGUF_MAX_DIMS || !kvt_ggml_type_name(type))
 		return -EINVAL;
-	switch (type) {
-	case KVT_GGML_F32:
-		if (__builtin_mul_overflow(ne[0], 4, &b))
-			return -EINVAL;
-		break;
-	case KVT_GGML_F16:
-	case KVT_GGML_BF16:
-		if (__builtin_mul_overflow(ne[0], 2, &b))
-			return -EINVAL;
-		break;
-	case KVT_GGML_Q8_0:
-		if (ne[0] % 32)
-			return -EINVAL;
-		b = ne[0] / 32 * 34;	/* cannot overflow: 34/32 * ne0 < 2^64 for ne0 < 2^63 */
-		if (ne[0] > UINT64_MAX / 2)
-			return -EINVAL;
-		break;
-	default:
+	if (ne[0] % ggml_types[type].blk ||
+	    __builtin_mul_overflow(ne[0] / ggml_types[type].blk, ggml_types[type].size, &b))
 		return -EINVAL;
-	}
 	for (i = 1; i < n_dims; i++)
 		if (__builtin_mul_overflow(b, ne[i], &b))
 			return -EINVAL;
@@ -266,7 +265,7 @@ static int parse_tinfo(struct rd *r, struct kvt_gguf_tensor *ti, uint64_t i)
 	if (ret)
 		return ret;
 	if (!kvt_ggml_type_name(ti->type))
-		return fail(r, "unknown tensor type %u at offset %llu (f32, f16, bf16 and q8_0 are read)",
+		return fail(r, "unknown tensor type %u at offset %llu (not a ggml type)",
 			    ti->type, (ull)off);
 	if (kvt_ggml_nbytes(ti->type, ti->n_dims, ti->ne, &ti->nbytes))
 		return fail(r, "dims [%llu, %llu, %llu, %llu] at offset %llu: bad for %s or size overflows",

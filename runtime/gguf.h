@@ -6,8 +6,9 @@
  * exits. Every count, length, size and offset in the file is checked
  * against the file size before it is used, so a truncated or corrupt file
  * is -EINVAL with one line in err ("PATH: WHAT: WHY at offset N"), never a
- * crash or an over-read. Tensor types other than F32, F16, BF16 and Q8_0
- * are refused at open. The file is little-endian; so must the host be.
+ * crash or an over-read. Every ggml tensor type parses (its block size is
+ * known); a type number ggml does not have is refused at open. The file
+ * is little-endian; so must the host be.
  *
  * Everything a struct kvt_gguf hands out (strings, array elements, tensor
  * data) points into the mapping and lives until kvt_gguf_close. Strings
@@ -30,11 +31,15 @@ enum kvt_gguf_vtype {
 	KVT_GGUF_I64 = 11, KVT_GGUF_F64 = 12,
 };
 
-/* The tensor types read here (ggml_type values). */
+/* Tensor types (ggml_type values) that the runtime names; the weight
+ * types it computes with are the kernels' (kernels/compute.h). */
 enum kvt_ggml_type {
 	KVT_GGML_F32 = 0,
 	KVT_GGML_F16 = 1,
+	KVT_GGML_Q4_0 = 2, KVT_GGML_Q4_1 = 3, KVT_GGML_Q5_0 = 6, KVT_GGML_Q5_1 = 7,
 	KVT_GGML_Q8_0 = 8,	/* blocks of 32: f16 scale + 32 int8 = 34 bytes */
+	KVT_GGML_Q2_K = 10, KVT_GGML_Q3_K = 11, KVT_GGML_Q4_K = 12, KVT_GGML_Q5_K = 13,
+	KVT_GGML_Q6_K = 14,
 	KVT_GGML_BF16 = 30,
 };
 
@@ -116,7 +121,9 @@ int kvt_gguf_get_i32_arr(const struct kvt_gguf *g, const char *key,
 int kvt_gguf_get_f32_arr(const struct kvt_gguf *g, const char *key,
 			 float *dst, uint64_t cap, uint64_t *n);
 
-/* "f32", "f16", "bf16", "q8_0", or NULL for a type not read here. */
+/* ggml's name of a tensor type ("f32", "q4_k", "iq2_xxs", ...), or NULL
+ * for a number that is no ggml type. Every named type parses; which the
+ * runtime computes with is the kernels' business (kvt_mat_row_bytes). */
 const char *kvt_ggml_type_name(uint32_t type);
 /* Bytes of a tensor of type with dims ne[0..n_dims): 0, -EINVAL for an
  * unknown type, ne[0] not a multiple of the block, or overflow. */

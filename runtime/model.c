@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
@@ -122,6 +123,18 @@ static int mat(struct ld *l, const char *name, uint32_t n_in, uint32_t n_out,
 		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has shape [%llu, %llu, %llu, %llu], expected [%u, %u]",
 			    name, (ull)t->info_off, (ull)t->ne[0], (ull)t->ne[1],
 			    (ull)t->ne[2], (ull)t->ne[3], n_in, n_out);
+	if (!kvt_mat_row_bytes(t->type, n_in)) {
+		const char *tn = kvt_ggml_type_name(t->type);
+		const struct kvt_qtype *q = kvt_qtype(t->type);
+
+		if (q)
+			return fail(l, -EINVAL, "tensor %s (info at offset %llu) has type %s, whose blocks "
+				    "of %u do not divide its rows of %u", name, (ull)t->info_off, tn,
+				    q->blk, n_in);
+		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has type %s, which kvt-run "
+			    "does not compute with (it reads " KVT_WTYPES ")", name, (ull)t->info_off,
+			    tn ? tn : "unknown");
+	}
 	w->data = t->data;
 	w->type = t->type;
 	w->n_in = n_in;
@@ -141,6 +154,13 @@ static int norm(struct ld *l, const char *name, uint32_t n, float **out)
 	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
 		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has %llu values, expected %u",
 			    name, (ull)t->info_off, (ull)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]), n);
+	if (!kvt_mat_row_bytes(t->type, n)) {
+		const char *tn = kvt_ggml_type_name(t->type);
+
+		return fail(l, -EINVAL, "tensor %s (info at offset %llu) has type %s, which kvt-run "
+			    "does not read for a norm of %u values", name, (ull)t->info_off,
+			    tn ? tn : "unknown", n);
+	}
 	if (!(*out = malloc(n * sizeof(float))))
 		return fail(l, -ENOMEM, "out of memory");
 	w = (struct kvt_mat){ .data = t->data, .type = t->type, .n_in = n, .n_out = 1 };
@@ -279,6 +299,36 @@ static int load_rope_freqs(struct ld *l)
 	return 0;
 }
 
+/* m->type: the weight type of most of the layers' matrices' bytes, then
+ * any other their matrices use ("q4_k+q6_k", as a _M file mixes them). */
+static void describe_types(struct kvt_model *m)
+{
+	uint64_t bytes[64] = { 0 };
+	uint32_t i, k, best = 0;
+	size_t len;
+
+	for (i = 0; i < m->hp.n_layer; i++) {
+		const struct kvt_layer *L = &m->layers[i];
+		const struct kvt_mat *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+					      &L->w_down };
+		for (k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+			if (w[k]->type < 64)
+				bytes[w[k]->type] += (uint64_t)w[k]->n_out *
+						     kvt_mat_row_bytes(w[k]->type, w[k]->n_in);
+	}
+	if (!m->hp.n_layer)
+		best = m->tok_embd.type;
+	for (k = 0; k < 64; k++)
+		if (bytes[k] > bytes[best])
+			best = k;
+	snprintf(m->type, sizeof(m->type), "%s", kvt_ggml_type_name(best));
+	for (k = 0; k < 64; k++) {
+		len = strlen(m->type);
+		if (k != best && bytes[k] && len + 1 < sizeof(m->type))
+			snprintf(m->type + len, sizeof(m->type) - len, "+%s", kvt_ggml_type_name(k));
+	}
+}
+
 static int load_weights(struct ld *l)
 {
 	struct kvt_model *m = l->m;
@@ -316,8 +366,7 @@ static int load_weights(struct ld *l)
 	}
 	for (i = 0; i < m->g->n_tensors; i++)
 		m->weight_bytes += m->g->tensors[i].nbytes;
-	snprintf(m->type, sizeof(m->type), "%s",
-		 kvt_ggml_type_name(hp->n_layer ? m->layers[0].wq.type : m->tok_embd.type));
+	describe_types(m);
 	return 0;
 }
 

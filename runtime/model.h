@@ -50,7 +50,8 @@ struct kvt_model {
 	struct kvt_tokenizer *tok;
 	uint64_t weight_bytes;		/* bytes of tensor data */
 	char name[64];			/* general.name, or the file's base name */
-	char type[16];			/* weight type of the big matrices, e.g. "f16" */
+	char type[32];			/* weight types of the layers' matrices, most
+					 * bytes first: "f16", "q4_k+q6_k" */
 };
 
 /* Map and check a GGUF Llama model. 0, or -errno with one line in err:

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 #include "runtime/synth.h"
 
@@ -83,11 +84,9 @@ static uint16_t to_bf16(float f)
 
 /* A 2-D weight (ne0 = fan-in contiguous) of random values, or a norm of ones. */
 static void add_weight(struct kvt_gguf_writer *w, struct bufs *b, struct rng *r,
-		       const struct kvt_synth *s, const char *name, uint64_t ne0, uint64_t ne1,
-		       int norm)
+		       uint32_t type, const char *name, uint64_t ne0, uint64_t ne1, int norm)
 {
 	uint64_t ne[2] = { ne0, ne1 }, i, n = ne0 * ne1;
-	uint32_t type = norm ? KVT_GGML_F32 : s->type;
 	float a = 1.0f / sqrtf((float)ne0);
 	uint64_t bytes = 0;
 	void *d;
@@ -115,6 +114,15 @@ static void add_weight(struct kvt_gguf_writer *w, struct bufs *b, struct rng *r,
 			memcpy(blk, &h, 2);
 			for (j = 0; j < 32; j++)
 				blk[2 + j] = (uint8_t)(int8_t)lrintf(dq ? v[j] / dq : 0);
+		}
+	} else if (kvt_qtype(type)) {
+		const struct kvt_qtype *q = kvt_qtype(type);
+		float v[256];
+
+		for (i = 0; i < n; i += q->blk) {
+			for (unsigned j = 0; j < q->blk; j++)
+				v[j] = rng_uniform(r, a);
+			kvt_quantize(type, (uint8_t *)d + i / q->blk * q->size, v, q->blk);
 		}
 	} else {
 		for (i = 0; i < n; i++) {
@@ -737,13 +745,47 @@ int kvt_synth_check(const struct kvt_synth *s, char *err, size_t errlen)
 			     "least %d (256 byte tokens, <|begin_of_text|> and <|end_of_text|>)",
 			     s->vocab, KVT_SYNTH_MIN_VOCAB_GPT2);
 	if (s->type != KVT_GGML_F32 && s->type != KVT_GGML_F16 && s->type != KVT_GGML_BF16 &&
-	    s->type != KVT_GGML_Q8_0)
-		return sfail(err, errlen, "weight type must be f32, f16, bf16 or q8_0");
-	if (s->type == KVT_GGML_Q8_0 && (s->dim % 32 || ff % 32))
-		return sfail(err, errlen, "q8_0 needs dim and ff to be multiples of 32");
+	    !kvt_qtype(s->type))
+		return sfail(err, errlen, "weight type must be one of " KVT_WTYPES);
+	if (s->mix && (s->type != KVT_GGML_Q4_K && s->type != KVT_GGML_Q5_K))
+		return sfail(err, errlen, "the _m mix is made of q4_k or q5_k");
+	if (kvt_qtype(s->type)) {
+		unsigned blk = s->mix ? 256 : kvt_qtype(s->type)->blk;
+		if (s->dim % blk || ff % blk)
+			return sfail(err, errlen, "%s%s needs dim and ff to be multiples of %u",
+				     kvt_ggml_type_name(s->type), s->mix ? "_m" : "", blk);
+	}
 	if (s->rope_freqs != KVT_SYNTH_ROPE_NONE && s->rope_freqs != KVT_SYNTH_ROPE_LLAMA3)
 		return sfail(err, errlen, "rope_freqs must be none or llama3");
 	return 0;
+}
+
+/* The layers whose attn_v and ffn_down an _M file keeps at q6_k, as
+ * llama.cpp's quantize chooses them (use_more_bits): the first and last
+ * eighth, and every third between. */
+static int more_bits(unsigned l, unsigned n)
+{
+	return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+/* general.file_type: llama.cpp's llama_ftype for what is written. */
+static uint32_t file_type(const struct kvt_synth *s)
+{
+	switch (s->type) {
+	case KVT_GGML_F32: return 0;
+	case KVT_GGML_F16: return 1;
+	case KVT_GGML_Q4_0: return 2;
+	case KVT_GGML_Q4_1: return 3;
+	case KVT_GGML_Q8_0: return 7;
+	case KVT_GGML_Q5_0: return 8;
+	case KVT_GGML_Q5_1: return 9;
+	case KVT_GGML_Q2_K: return 10;
+	case KVT_GGML_Q3_K: return 12;	/* Q3_K_M */
+	case KVT_GGML_Q4_K: return s->mix ? 15 : 14;	/* Q4_K_M, Q4_K_S */
+	case KVT_GGML_Q5_K: return s->mix ? 17 : 16;	/* Q5_K_M, Q5_K_S */
+	case KVT_GGML_Q6_K: return 18;
+	}
+	return 32;				/* BF16 */
 }
 
 int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size_t errlen)
@@ -767,8 +809,7 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	}
 	kvt_gguf_add_str(w, "general.architecture", "llama");
 	kvt_gguf_add_str(w, "general.name", "kvtier synthetic");
-	kvt_gguf_add_u32(w, "general.file_type", s->type == KVT_GGML_F32 ? 0 :
-			 s->type == KVT_GGML_F16 ? 1 : s->type == KVT_GGML_Q8_0 ? 7 : 32);
+	kvt_gguf_add_u32(w, "general.file_type", file_type(s));
 	kvt_gguf_add_u32(w, "llama.block_count", s->layers);
 	kvt_gguf_add_u32(w, "llama.context_length", s->ctx);
 	kvt_gguf_add_u32(w, "llama.embedding_length", s->dim);
@@ -784,23 +825,25 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	else
 		add_vocab(w, &b, s->vocab);
 
-	add_weight(w, &b, &r, s, "token_embd.weight", s->dim, s->vocab, 0);
+	add_weight(w, &b, &r, s->type, "token_embd.weight", s->dim, s->vocab, 0);
 	for (l = 0; l < s->layers; l++) {
+		uint32_t more = s->mix && more_bits(l, s->layers) ? KVT_GGML_Q6_K : s->type;
 #define BLK(x) (snprintf(name, sizeof(name), "blk.%u." x, l), name)
-		add_weight(w, &b, &r, s, BLK("attn_norm.weight"), s->dim, 1, 1);
-		add_weight(w, &b, &r, s, BLK("attn_q.weight"), s->dim, s->dim, 0);
-		add_weight(w, &b, &r, s, BLK("attn_k.weight"), s->dim, kv_dim, 0);
-		add_weight(w, &b, &r, s, BLK("attn_v.weight"), s->dim, kv_dim, 0);
-		add_weight(w, &b, &r, s, BLK("attn_output.weight"), s->dim, s->dim, 0);
-		add_weight(w, &b, &r, s, BLK("ffn_norm.weight"), s->dim, 1, 1);
-		add_weight(w, &b, &r, s, BLK("ffn_gate.weight"), s->dim, ff, 0);
-		add_weight(w, &b, &r, s, BLK("ffn_up.weight"), s->dim, ff, 0);
-		add_weight(w, &b, &r, s, BLK("ffn_down.weight"), ff, s->dim, 0);
+		add_weight(w, &b, &r, KVT_GGML_F32, BLK("attn_norm.weight"), s->dim, 1, 1);
+		add_weight(w, &b, &r, s->type, BLK("attn_q.weight"), s->dim, s->dim, 0);
+		add_weight(w, &b, &r, s->type, BLK("attn_k.weight"), s->dim, kv_dim, 0);
+		add_weight(w, &b, &r, more, BLK("attn_v.weight"), s->dim, kv_dim, 0);
+		add_weight(w, &b, &r, s->type, BLK("attn_output.weight"), s->dim, s->dim, 0);
+		add_weight(w, &b, &r, KVT_GGML_F32, BLK("ffn_norm.weight"), s->dim, 1, 1);
+		add_weight(w, &b, &r, s->type, BLK("ffn_gate.weight"), s->dim, ff, 0);
+		add_weight(w, &b, &r, s->type, BLK("ffn_up.weight"), s->dim, ff, 0);
+		add_weight(w, &b, &r, more, BLK("ffn_down.weight"), ff, s->dim, 0);
 #undef BLK
 	}
-	add_weight(w, &b, &r, s, "output_norm.weight", s->dim, 1, 1);
+	add_weight(w, &b, &r, KVT_GGML_F32, "output_norm.weight", s->dim, 1, 1);
 	if (!s->tied)
-		add_weight(w, &b, &r, s, "output.weight", s->dim, s->vocab, 0);
+		add_weight(w, &b, &r, s->mix ? KVT_GGML_Q6_K : s->type, "output.weight", s->dim,
+			   s->vocab, 0);
 	if (s->rope_freqs == KVT_SYNTH_ROPE_LLAMA3) {
 		uint64_t ne = hd / 2;
 		float *f = keep(&b, ne * sizeof(float));

@@ -46,7 +46,11 @@ enum kvt_synth_rope {
 struct kvt_synth {
 	unsigned layers, dim, heads, kv_heads, ff, ctx, vocab;
 	uint64_t seed;
-	uint32_t type;		/* KVT_GGML_F32, F16, BF16 or Q8_0 for the matrices */
+	uint32_t type;		/* the matrices': F32, F16, BF16 or a block type
+				 * the kernels read (kernels/cpu/quants.h) */
+	int	 mix;		/* with Q4_K or Q5_K: as llama.cpp's _M files,
+				 * output.weight and some layers' attn_v and
+				 * ffn_down in Q6_K */
 	int	 tied;		/* no output.weight: the head reuses token_embd */
 	int	 rope_freqs;	/* enum kvt_synth_rope; the other weights do not change */
 	int	 tokenizer;	/* enum kvt_synth_tok */

@@ -311,8 +311,8 @@ int main(void)
 	}
 	FRESH(); put_u32(c, ndims_off, 5);
 	expect_refused(c, size, "n_dims 5", "n_dims 5", "blk.0.attn_q.weight");
-	FRESH(); put_u32(c, type_off, 2);	/* Q4_0: a real type, not read here */
-	expect_refused(c, size, "unknown tensor type", "unknown tensor type 2", "blk.0.attn_q.weight");
+	FRESH(); put_u32(c, type_off, 5);	/* ggml's removed Q4_3: no type now */
+	expect_refused(c, size, "unknown tensor type", "unknown tensor type 5", "blk.0.attn_q.weight");
 	FRESH(); put_u64(c, offs_off, t->offset + 1);
 	expect_refused(c, size, "unaligned offset", "not a multiple of alignment", "blk.0.attn_q.weight");
 	FRESH(); put_u64(c, offs_off, 1ull << 20);

@@ -37,7 +37,10 @@ static void usage(FILE *f)
 		"  --pre NAME     gpt2 only: tokenizer.ggml.pre, the pre-tokenizer\n"
 		"                 llama.cpp applies; none writes no key (llama-bpe)\n"
 		"  --seed N       random seed (1)\n"
-		"  --type T       weights: f32, f16, bf16 or q8_0 (f32)\n"
+		"  --type T       weights: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,\n"
+		"                 q2_k, q3_k, q4_k, q5_k, q6_k, or the mixes q4_k_m and\n"
+		"                 q5_k_m (output.weight and some layers' attn_v and\n"
+		"                 ffn_down in q6_k, as llama.cpp's _M files) (f32)\n"
 		"  --tied         no output.weight: the head reuses the token embedding\n"
 		"  --rope-freqs F none, or llama3: write rope_freqs.weight, Llama 3.1's\n"
 		"                 per-pair RoPE divisors (factor 8, low/high frequency\n"
@@ -80,9 +83,15 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static const struct { const char *name; uint32_t type; } types[] = {
-		{ "f32", KVT_GGML_F32 }, { "f16", KVT_GGML_F16 },
-		{ "bf16", KVT_GGML_BF16 }, { "q8_0", KVT_GGML_Q8_0 },
+	static const struct { const char *name; uint32_t type; int mix; } types[] = {
+		{ "f32", KVT_GGML_F32, 0 }, { "f16", KVT_GGML_F16, 0 },
+		{ "bf16", KVT_GGML_BF16, 0 }, { "q4_0", KVT_GGML_Q4_0, 0 },
+		{ "q4_1", KVT_GGML_Q4_1, 0 }, { "q5_0", KVT_GGML_Q5_0, 0 },
+		{ "q5_1", KVT_GGML_Q5_1, 0 }, { "q8_0", KVT_GGML_Q8_0, 0 },
+		{ "q2_k", KVT_GGML_Q2_K, 0 }, { "q3_k", KVT_GGML_Q3_K, 0 },
+		{ "q4_k", KVT_GGML_Q4_K, 0 }, { "q5_k", KVT_GGML_Q5_K, 0 },
+		{ "q6_k", KVT_GGML_Q6_K, 0 }, { "q4_k_m", KVT_GGML_Q4_K, 1 },
+		{ "q5_k_m", KVT_GGML_Q5_K, 1 },
 	};
 	struct kvt_synth s;
 	const char *out = NULL;
@@ -137,11 +146,12 @@ int main(int argc, char **argv)
 				if (!strcmp(optarg, types[i].name))
 					break;
 			if (i == sizeof(types) / sizeof(types[0])) {
-				fprintf(stderr, "kvt-mkmodel: --type: \"%s\" is not f32, f16, bf16 or q8_0\n",
-					optarg);
+				fprintf(stderr, "kvt-mkmodel: --type: \"%s\" is not a type written here "
+					"(see --help)\n", optarg);
 				return 2;
 			}
 			s.type = types[i].type;
+			s.mix = types[i].mix;
 			break;
 		case 'o': out = optarg; break;
 		case 'h': usage(stdout); return 0;
