@@ -24,6 +24,9 @@
 #   f16 / bf16 / q8_0     3e-3 / 2e-2 / 5e-2: llama.cpp rounds a matmul's
 #                         activations to the weight's type; we keep them f32
 #                         (same argmax required for f16 only)
+#   q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k and the q4_k_m mix
+#                         5e-2 as q8_0 (llama.cpp rounds the activations to
+#                         q8_0 or q8_k for these; measured 1.6e-2 to 3.2e-2)
 #   the same weights dequantized to f32 (tof32.py), f32 KV: 1e-5, same
 #                         argmax: how each engine reads the weights, alone
 set -euo pipefail
@@ -65,12 +68,18 @@ mk $base --type f32 -o f32.gguf
 mk $base --type f16 -o f16.gguf
 mk $base --type bf16 -o bf16.gguf
 mk $base --type q8_0 -o q8_0.gguf
+# The other block types: those of 32 on the same geometry, the _K types
+# (blocks of 256) on one whose rows are whole blocks.
+QTYPES="q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m"
+kbase="--layers 2 --dim 256 --heads 4 --kv-heads 2 --ff 768 --vocab 512 --ctx 512"
+for t in q4_0 q4_1 q5_0 q5_1; do mk $base --type $t -o $t.gguf; done
+for t in q2_k q3_k q4_k q5_k q6_k q4_k_m; do mk $kbase --type $t -o $t.gguf; done
 mk $base --type f32 --tied -o tied.gguf
 mk $base --type f32 --rope-freqs llama3 -o llama3.gguf
 mk --layers 3 --dim 256 --heads 4 --ff 704 --vocab 512 --ctx 512 --seed 5 --type f32 -o mha.gguf
 mk $base --type f32 --tokenizer gpt2 --pre llama-bpe -o bpe.gguf
 mk $base --type f32 --tokenizer gpt2 --pre gpt-2 -o bpe-gpt2.gguf
-for t in f16 bf16 q8_0; do
+for t in f16 bf16 q8_0 $QTYPES; do
 	python3 "$src/tof32.py" $t.gguf $t-asf32.gguf
 done
 
@@ -143,7 +152,10 @@ for p in p50 p450; do
 done
 check f32 f32 p450 f32 1e-5 --argmax nvme
 check f32 f32 p450 f16 1e-3 --argmax nvme
-for t in f16 bf16 q8_0; do
+for t in $QTYPES; do
+	check $t $t p450 f16 5e-2 "" dense tiered
+done
+for t in f16 bf16 q8_0 $QTYPES; do
 	check $t $t-asf32 p450 f32 1e-5 --argmax dense tiered
 done
 if [ $fails -ne 0 ]; then
