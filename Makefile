@@ -53,7 +53,7 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 	     $(NVCC_WERROR) -Iinclude -I.
 CUDA_PLUGIN = $(BUILD)/libkvt-cuda.so
 CUDA_OBJ  = $(BUILD)/kernels/cuda/kernels.o $(BUILD)/kernels/cuda/cuda_device.o \
-	    $(BUILD)/kernels/cuda/cuda_compute.o
+	    $(BUILD)/kernels/cuda/cuda_compute.o $(BUILD)/kernels/cpu/quants.o
 ifeq ($(CUDA),1)
 PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
@@ -85,7 +85,7 @@ $(CUDA_PLUGIN): $(CUDA_OBJ)
 # cpu kernels linked into it.
 EMU_PLUGIN = $(BUILD)/libkvt-emu.so
 $(EMU_PLUGIN): $(BUILD)/tests/emu_backend.o $(BUILD)/kernels/cpu/kernels.o \
-	       $(BUILD)/kernels/cpu/pool.o
+	       $(BUILD)/kernels/cpu/pool.o $(BUILD)/kernels/cpu/quants.o
 	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ $(LDLIBS)
 
 lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so

@@ -20,6 +20,7 @@
 
 #include "tests/model_common.h"
 #include "kernels/compute.h"
+#include "kernels/cpu/quants.h"
 #include "pager/internal.h"
 #include "kernels/device.h"
 #include "runtime/gguf.h"
@@ -133,8 +134,9 @@ static size_t bc_weights(void *dst, const float *src, uint32_t type, unsigned n_
 		}
 		return n / 32 * 34;
 	}
-	CHECK(0);
-	return 0;
+	const struct kvt_qtype *q = kvt_qtype(type);
+	CHECK(q && kvt_quantize(type, dst, src, n) == 0);
+	return q ? n / q->blk * q->size : 0;
 }
 
 static void bc_matmul(struct kvt_compute *cx, struct kvt_compute *ref, const char *name)
@@ -147,6 +149,10 @@ static void bc_matmul(struct kvt_compute *cx, struct kvt_compute *ref, const cha
 		{ KVT_W_F16, "f16", 1e-5 },
 		{ KVT_W_Q8_0, "q8_0", 1e-5 },
 		{ KVT_W_BF16, "bf16", 1e-4 },
+		/* the other block types, widened to f16 on a GPU: as q8_0 */
+		{ KVT_W_Q4_0, "q4_0", 1e-5 },
+		{ KVT_W_Q4_K, "q4_k", 1e-5 },
+		{ KVT_W_Q6_K, "q6_k", 1e-5 },
 	};
 	static const unsigned rowss[] = { 1, 3, 37 };
 	const unsigned n_in = 256, n_out[3] = { 96, 32, 160 };

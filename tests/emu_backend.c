@@ -422,12 +422,13 @@ static int cx_download(void *ctx, void *dst, const void *src, size_t bytes)
 
 static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *out)
 {
-	size_t rb = w->type == KVT_W_F32 ? (size_t)w->n_in * 4
-		  : w->type == KVT_W_Q8_0 ? (size_t)w->n_in / 32 * 34 : (size_t)w->n_in * 2;
+	size_t rb = kvt_mat_row_bytes(w->type, w->n_in);
 	void *p;
 	int r;
 
 	*out = *w;
+	if (!rb)
+		return -EINVAL;
 	if ((r = emu_alloc(NULL, rb * w->n_out, &p)))
 		return r;
 	memcpy(raw(p), w->data, rb * w->n_out);

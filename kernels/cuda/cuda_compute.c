@@ -8,7 +8,9 @@
  * SGEMM (no TF32: cuBLAS's default math), F16 and BF16 weights by
  * cublasGemmEx with the activations rounded to the weight's type first
  * (as llama.cpp's CUDA backend does), Q8_0 widened to F16 once, at
- * prepare. Attention is kernels.cu's paged kernel: each attn_pages call
+ * prepare, on the GPU; the other block types (Q4_0 to Q6_K) widened to F16
+ * on the host at prepare (kernels/cpu/quants.c, ggml's dequantization),
+ * then copied up. Attention is kernels.cu's paged kernel: each attn_pages call
  * splits its pages over enough parts to fill the GPU, every part leaves
  * an online-softmax partial, and attn_end merges them by log-sum-exp.
  *
@@ -25,6 +27,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/quants.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/kernels.h"
@@ -250,6 +254,48 @@ static int cx_download(void *ctx, void *dst, const void *src, size_t bytes)
 
 /* ---- weights ---- */
 
+/* A block-type matrix w into f16 at dev: dequantized on the host a slab
+ * of rows at a time (at most 32 MiB of f16), each slab copied up before
+ * the next is written. */
+static int widen_host(struct cuda_cx *c, void *dev, const struct kvt_mat *w)
+{
+	const struct kvt_qtype *t = kvt_qtype(w->type);
+	size_t rb = (size_t)w->n_in / t->blk * t->size;
+	uint32_t slab = (uint32_t)((32u << 20) / ((size_t)w->n_in * 2)), r0, i;
+	float *row = malloc((size_t)w->n_in * sizeof(float));
+	uint16_t *h = NULL;
+	int r = 0;
+
+	if (!slab)
+		slab = 1;
+	if (slab > w->n_out)
+		slab = w->n_out;
+	if (row)
+		h = malloc((size_t)slab * w->n_in * sizeof(uint16_t));
+	if (!row || !h) {
+		free(row);
+		free(h);
+		return -ENOMEM;
+	}
+	for (r0 = 0; r0 < w->n_out && !r; r0 += slab) {
+		uint32_t nr = w->n_out - r0 < slab ? w->n_out - r0 : slab;
+
+		for (uint32_t k = 0; k < nr; k++) {
+			kvt_dequant(w->type, row, (const char *)w->data + (size_t)(r0 + k) * rb,
+				    w->n_in / t->blk, 0);
+			for (i = 0; i < w->n_in; i++)
+				h[(size_t)k * w->n_in + i] = f2h(row[i]);
+		}
+		r = ERR(c, cudaMemcpyAsync((uint16_t *)dev + (size_t)r0 * w->n_in, h,
+					   (size_t)nr * w->n_in * 2, cudaMemcpyHostToDevice, c->st));
+		if (!r)
+			r = ERR(c, cudaStreamSynchronize(c->st));	/* before h is rewritten */
+	}
+	free(row);
+	free(h);
+	return r;
+}
+
 static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *out)
 {
 	struct cuda_cx *c = ctx;
@@ -276,7 +322,11 @@ static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *ou
 		out->type = KVT_W_F16;
 		break;
 	default:
-		return -EINVAL;
+		if (!kvt_qtype(w->type) || w->n_in % kvt_qtype(w->type)->blk)
+			return -EINVAL;
+		bytes = n * 2;
+		out->type = KVT_W_F16;
+		break;
 	}
 	if ((r = ERR(c, cudaMalloc(&p, bytes)))) {
 		kvt_dev_log(c->dev, KVT_LOG_ERROR, "cuda: no room for a %u x %u weight matrix (%zu MiB)",
@@ -288,7 +338,9 @@ static int cx_mat_prepare(void *ctx, const struct kvt_mat *w, struct kvt_mat *ou
 	 * data is staged, before its DMA is done, and it runs on the legacy
 	 * stream, with which c->st (non-blocking) does not synchronise: the
 	 * widening kernel, or a later GEMM, could read the copy half done. */
-	if (w->type != KVT_W_Q8_0) {
+	if (out->type == KVT_W_F16 && w->type != KVT_W_F16 && w->type != KVT_W_Q8_0) {
+		r = widen_host(c, p, w);
+	} else if (w->type != KVT_W_Q8_0) {
 		r = ERR(c, cudaMemcpyAsync(p, w->data, bytes, cudaMemcpyHostToDevice, c->st));
 	} else {
 		size_t blocks = n / 32;
