@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tests/common.h"
+#include "kernels/cpu/kernels.h"
 
 static char bin[1024], mk[1024], dir[1024], model[1200];
 static char out[1 << 16];
@@ -116,6 +117,16 @@ int main(void)
 		     bin, model, dir, dir), 0);
 	json_ids(out, 0, ids_a, sizeof(ids_a));
 	CHECK(strstr(out, "\"pager\":{"));
+	/* The GEMM path is named, and kvt-run never runs OpenBLAS kernels
+	 * weaker than the cpu has unless told to keep them. */
+	CHECK(strstr(out, "GEMM: OpenBLAS "));
+	CHECK(!strstr(out, "weaker than this cpu"));
+	if (kvt_blas_core_wanted()) {
+		CHECK_EQ(run("KVT_BLAS_KEEP=1 %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);
+		CHECK(strstr(out, "weaker than this cpu (set OPENBLAS_CORETYPE="));
+		printf("OpenBLAS chose %s on this cpu; kvt-run set it to %s\n", kvt_blas_core(),
+		       kvt_blas_core_wanted());
+	}
 	CHECK_EQ(run("%s -m %s -p 'The history of the world is often told as a story of kings and "
 		     "wars, but most of the people who ever lived were farmers.' -n 12 --temp 0 "
 		     "--dense --dump-logits %s/dense.f32 --json 2>&1", bin, model, dir), 0);

@@ -1,9 +1,29 @@
 /* SPDX-License-Identifier: MIT */
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "kernels/cpu/kernels.h"
 #include "tools/cli.h"
 
 int cli_bar_on;
+
+void cli_blas_core(char **argv)
+{
+	const char *want = kvt_blas_core_wanted(), *keep = getenv("KVT_BLAS_KEEP");
+
+	if (!want || getenv("OPENBLAS_CORETYPE") || (keep && !strcmp(keep, "1")))
+		return;
+	if (setenv("KVT_BLAS_CHOSE", kvt_blas_core(), 1) ||
+	    setenv("OPENBLAS_CORETYPE", want, 1))
+		return;
+	execv("/proc/self/exe", argv);
+	/* Could not start again: run on OpenBLAS's choice, which the kernels
+	 * line then names as weaker than the cpu. */
+	unsetenv("OPENBLAS_CORETYPE");
+	unsetenv("KVT_BLAS_CHOSE");
+}
 
 double cli_now(void)
 {

@@ -10,6 +10,15 @@
 
 double cli_now(void);			/* CLOCK_MONOTONIC seconds */
 
+/* First thing in main() of a tool that runs matrix products: when
+ * OpenBLAS chose kernels weaker than the cpu has (kvt_blas_core_wanted)
+ * and OPENBLAS_CORETYPE is not set, set it to the right core and start
+ * the program again (OpenBLAS reads it only when it loads), with
+ * KVT_BLAS_CHOSE naming OpenBLAS's own choice so the kernels line can say
+ * so. KVT_BLAS_KEEP=1 keeps OpenBLAS's choice. Returns if it did not
+ * start again. */
+void cli_blas_core(char **argv);
+
 /* A one-line progress bar on stderr, redrawn in place; a no-op unless
  * cli_bar_on was set (tools set it when stderr is a terminal). */
 extern int cli_bar_on;

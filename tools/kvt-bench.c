@@ -591,6 +591,7 @@ static int usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	cli_blas_core(argv);
 	if (argc < 2)
 		return usage(stderr);
 	const char *cmd = argv[1];

@@ -474,6 +474,7 @@ static void on_prefill(void *arg, unsigned done)
 
 int main(int argc, char **argv)
 {
+	cli_blas_core(argv);
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
 	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_TOKENIZE, O_METRICS,

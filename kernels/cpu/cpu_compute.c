@@ -78,8 +78,16 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 {
 	static const char *const simd[] = { "portable C", "AVX2", "AVX-512" };
 
-	snprintf(buf, len, "cpu, %s kernels, %u threads", simd[kvt_cpu_simd()],
-		 ((struct cpu_cx *)ctx)->nthreads);
+	const char *want = kvt_blas_core_wanted(), *was = getenv("KVT_BLAS_CHOSE");
+	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; GEMM: OpenBLAS %s",
+			 simd[kvt_cpu_simd()], ((struct cpu_cx *)ctx)->nthreads, kvt_blas_core());
+
+	if (n < 0 || (size_t)n >= len)
+		return;
+	if (want)
+		snprintf(buf + n, len - n, ", weaker than this cpu (set OPENBLAS_CORETYPE=%s)", want);
+	else if (was && getenv("OPENBLAS_CORETYPE"))
+		snprintf(buf + n, len - n, " (OPENBLAS_CORETYPE, over its own choice of %s)", was);
 }
 
 static int cpu_alloc(void *ctx, size_t bytes, void **out)

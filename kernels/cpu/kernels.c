@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <cblas.h>
 
 #include "kernels/cpu/half.h"
@@ -868,6 +869,49 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_one_thread(void)
 {
 	openblas_set_num_threads(1);
+}
+
+/* OpenBLAS picks its kernels once, when it is loaded, from a table of
+ * processors it knew when it was built: Debian 12's 0.3.21 takes recent
+ * Xeons for a Pentium 4 ("Prescott") and runs SSE3 kernels on them. The
+ * core these cpu features deserve, from cpuid as kvt_cpu_simd() reads it:
+ * AVX-512 with the subsets OpenBLAS's SkylakeX kernels use, or AVX2 with
+ * FMA (Haswell's kernels, which its Zen target uses too). */
+static const char *blas_core_for_cpu(void)
+{
+#ifdef KVT_X86
+	unsigned a, b, c, d;
+	int simd = simd_probe();
+
+	if (simd >= 2 && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+	    (b & bit_AVX512CD) && (b & bit_AVX512BW) && (b & bit_AVX512DQ) && (b & bit_AVX512VL))
+		return "SkylakeX";
+	if (simd >= 1)
+		return "Haswell";
+#endif
+	return NULL;
+}
+
+const char *kvt_blas_core(void)
+{
+	return openblas_get_corename();
+}
+
+const char *kvt_blas_core_wanted(void)
+{
+	static const char *const avx512[] = { "skylakex", "cooperlake", "sapphirerapids" };
+	static const char *const avx2[] = { "haswell", "zen", "skylakex", "cooperlake",
+					    "sapphirerapids" };
+	const char *want = blas_core_for_cpu(), *have = openblas_get_corename();
+	const char *const *ok = want && !strcmp(want, "SkylakeX") ? avx512 : avx2;
+	unsigned n = ok == avx512 ? 3 : 5;
+
+	if (!want || !have)
+		return NULL;
+	for (unsigned i = 0; i < n; i++)
+		if (!strcasecmp(have, ok[i]))
+			return NULL;
+	return want;
 }
 
 /* Rows few enough for the dot products rather than sgemm. */

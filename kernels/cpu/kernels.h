@@ -75,6 +75,15 @@ int  kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const floa
  * do not read (or an n_in that is not a whole number of its blocks). */
 size_t kvt_mat_row_bytes(uint32_t type, uint32_t n_in);
 
+/* OpenBLAS's name for the kernels it chose when it was loaded
+ * ("Haswell", "Prescott", ...), and the core this cpu deserves when that
+ * choice is weaker than what the cpu has ("SkylakeX" on AVX-512, "Haswell"
+ * on AVX2 with FMA), else NULL. OpenBLAS reads OPENBLAS_CORETYPE only
+ * when it loads, so the tools set it and start again (tools/cli.c); a
+ * program linking libkvt can set it before it starts. */
+const char *kvt_blas_core(void);
+const char *kvt_blas_core_wanted(void);
+
 /* Row id (< n_out) of W as f32 (n_in values): the token embedding lookup.
  * Exact: f16, bf16 and d * q all fit an f32; the block types as
  * llama.cpp dequantizes them. Writes nothing for a matrix
