@@ -656,6 +656,148 @@ AVX2 static void dots_dq_avx2(kvt_dequant_block_fn dq, const struct kvt_qtype *t
 	}
 }
 
+/*
+ * q4_k and q6_k, the bulk of the _K_M files, fused: the quants go from
+ * bytes to f32 lanes and into FMAs with x without a pass through memory,
+ * and each sub-block's scale multiplies its sum once. q4_k's mins come out
+ * of the sums of x over each 32 values (xs, computed once per product):
+ * sum_i (d s q_i - dmin m) x_i = d s sum_i q_i x_i - dmin m sum_i x_i.
+ * Same value as the reference's dequantized row up to float rounding.
+ */
+typedef void (*fdots_fn)(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,
+			 const float *xs, size_t ldxs, unsigned n, unsigned R, float *out);
+
+AVX2_INLINE void q4k_body(const void *w0, size_t wst, const float *x, size_t ldx,
+			  const float *xs, size_t ldxs, unsigned n, unsigned NW, unsigned R,
+			  float *out)
+{
+	const __m256i lo = _mm256_set1_epi32(0xF);
+	__m256 acc[2][4];
+	float mins[2][4] = { { 0 } };
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < n / 256; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 144;
+			const float d = q8_scale(blk), dmin = q8_scale(blk + 2);
+			uint8_t sc[8], mn[8];
+
+			for (int j = 0; j < 8; j++)
+				kvt_scale_min_k4(j, blk + 4, &sc[j], &mn[j]);
+			for (unsigned j = 0; j < 4; j++) {
+				const uint8_t *q = blk + 16 + 32 * j;
+				const float *xb = x + (size_t)b * 256 + 64 * j;
+				__m256 sl[4], sh[4];
+
+				for (unsigned r = 0; r < R; r++)
+					sl[r] = sh[r] = _mm256_setzero_ps();
+				for (unsigned l = 0; l < 32; l += 8) {
+					__m256i v = _mm256_cvtepu8_epi32(
+						_mm_loadl_epi64((const __m128i *)(q + l)));
+					__m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo));
+					__m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+					for (unsigned r = 0; r < R; r++) {
+						sl[r] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(xb + r * ldx + l),
+									sl[r]);
+						sh[r] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(xb + r * ldx + 32 + l),
+									sh[r]);
+					}
+				}
+				const __m256 d1 = _mm256_set1_ps(d * sc[2 * j]);
+				const __m256 d2 = _mm256_set1_ps(d * sc[2 * j + 1]);
+				for (unsigned r = 0; r < R; r++) {
+					const float *s = xs + r * ldxs + b * 8 + 2 * j;
+					acc[k][r] = _mm256_fmadd_ps(d1, sl[r], acc[k][r]);
+					acc[k][r] = _mm256_fmadd_ps(d2, sh[r], acc[k][r]);
+					mins[k][r] += dmin * mn[2 * j] * s[0] + dmin * mn[2 * j + 1] * s[1];
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum8(acc[k][r]) - mins[k][r];
+}
+
+AVX2_INLINE void q6k_body(const void *w0, size_t wst, const float *x, size_t ldx,
+			  unsigned n, unsigned NW, unsigned R, float *out)
+{
+	const __m256i lo = _mm256_set1_epi32(0xF), two = _mm256_set1_epi32(0x30),
+		      off = _mm256_set1_epi32(32);
+	__m256 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < n / 256; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 210;
+			const float d = q8_scale(blk + 208);
+
+			for (unsigned c = 0; c < 2; c++) {
+				const uint8_t *ql = blk + 64 * c, *qh = blk + 128 + 32 * c;
+				const int8_t *sc = (const int8_t *)(blk + 192) + 8 * c;
+				const float *xb = x + (size_t)b * 256 + 128 * c;
+
+				for (unsigned h = 0; h < 2; h++) {	/* values 16h.. of each 32 */
+					__m256 s[4][4];
+
+					for (unsigned r = 0; r < R; r++)
+						s[r][0] = s[r][1] = s[r][2] = s[r][3] = _mm256_setzero_ps();
+					for (unsigned l = 16 * h; l < 16 * h + 16; l += 8) {
+						__m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+						__m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+						__m256i t = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+						__m256 q[4] = {
+							_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(
+								_mm256_and_si256(a, lo),
+								_mm256_and_si256(_mm256_slli_epi32(t, 4), two)), off)),
+							_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(
+								_mm256_and_si256(e, lo),
+								_mm256_and_si256(_mm256_slli_epi32(t, 2), two)), off)),
+							_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(
+								_mm256_srli_epi32(a, 4), _mm256_and_si256(t, two)), off)),
+							_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(
+								_mm256_srli_epi32(e, 4),
+								_mm256_and_si256(_mm256_srli_epi32(t, 2), two)), off)),
+						};
+						for (unsigned r = 0; r < R; r++)
+							for (unsigned g = 0; g < 4; g++)
+								s[r][g] = _mm256_fmadd_ps(q[g],
+									_mm256_loadu_ps(xb + r * ldx + 32 * g + l), s[r][g]);
+					}
+					for (unsigned r = 0; r < R; r++)
+						for (unsigned g = 0; g < 4; g++)
+							acc[k][r] = _mm256_fmadd_ps(
+								_mm256_set1_ps(d * sc[h + 2 * g]), s[r][g], acc[k][r]);
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum8(acc[k][r]);
+}
+
+#define DEF_FDOTS(name, body...)						\
+AVX2 static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
+		      const float *xs, size_t ldxs, unsigned n, unsigned R, float *out)	\
+{										\
+	switch ((NW - 1) * 4 + R - 1) {						\
+	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
+	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
+	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
+	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
+	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
+	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
+	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
+	default: { const unsigned NN = 2, RR = 4; body; break; }		\
+	}									\
+}
+
+DEF_FDOTS(fdots_q4k_avx2, q4k_body(w, wst, x, ldx, xs, ldxs, n, NN, RR, out))
+DEF_FDOTS(fdots_q6k_avx2, q6k_body(w, wst, x, ldx, n, NN, RR, out))
+
 /* The same with AVX-512F: twice the lanes per instruction, which the
  * conversions (F16, BF16, and above all Q8_0) need to keep up with
  * memory. Not used for F32 (see kvt_matmul). */
@@ -807,6 +949,8 @@ struct mm_job {
 	int		 simd;
 	dots_fn		 dots;		/* NULL: dots_dq_avx2 if dq, else dots_scalar */
 	kvt_dequant_block_fn dq;	/* block types but Q8_0, with AVX2 */
+	fdots_fn	 fdots;		/* fused q4_k, q6_k: before dots and dq */
+	const float	*xs;		/* (rows, n_in / 32): sums of x, for q4_k */
 	float		*scratch;	/* (threads, blk, n_in): converted weight rows */
 };
 
@@ -825,7 +969,10 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 			const float *xr = j->x + (size_t)r * w->n_in;
 			float d[8];
 
-			if (j->dots)
+			if (j->fdots)
+				j->fdots(wr, j->rb, NW, xr, w->n_in, j->xs + (size_t)r * (w->n_in / 32),
+					 w->n_in / 32, w->n_in, R, d);
+			else if (j->dots)
 				j->dots(wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
 #ifdef KVT_X86
 			else if (j->dq)
@@ -931,7 +1078,9 @@ static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
 	 * either way, and 64-byte loads, which straddle two lines unless
 	 * the data is 64-byte aligned (GGUF promises 32), measured 5-10%
 	 * slower. */
-	if (w->type != W_F32 && w->type != W_F16 && w->type != W_BF16 && w->type != W_Q8_0) {
+	if (j->simd && (w->type == KVT_W_Q4_K || w->type == KVT_W_Q6_K)) {
+		j->fdots = w->type == KVT_W_Q4_K ? fdots_q4k_avx2 : fdots_q6k_avx2;
+	} else if (w->type != W_F32 && w->type != W_F16 && w->type != W_BF16 && w->type != W_Q8_0) {
 		if (j->simd)
 			j->dq = kvt_dequant_block(w->type, j->simd);
 	} else if (j->simd >= 2 && w->type != W_F32) {
@@ -969,9 +1118,37 @@ static void mm_multi_task(void *arg, unsigned task, unsigned thread)
 	mm_small_task((void *)&mm->j[k], task - mm->first[k], thread);
 }
 
+/* The sums of x over each 32 values of its rows, for jobs whose fused
+ * kernel takes them (q4_k's mins), or NULL: -ENOMEM then. */
+static int need_xs(struct mm_job *j, unsigned n, const float *x, unsigned rows, unsigned n_in,
+		   float **xs)
+{
+	unsigned k, g, r, ng = n_in / 32;
+
+	*xs = NULL;
+	for (k = 0; k < n && j[k].fdots != fdots_q4k_avx2; k++)
+		;
+	if (k == n)
+		return 0;
+	if (!(*xs = malloc((size_t)rows * ng * sizeof(float))))
+		return -ENOMEM;
+	for (r = 0; r < rows; r++)
+		for (g = 0; g < ng; g++) {
+			const float *v = x + (size_t)r * n_in + 32 * g;
+			float s = 0;
+			for (unsigned i = 0; i < 32; i++)
+				s += v[i];
+			(*xs)[(size_t)r * ng + g] = s;
+		}
+	for (k = 0; k < n; k++)
+		j[k].xs = *xs;
+	return 0;
+}
+
 int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
 		 unsigned rows, const struct kvt_mat *const *w)
 {
+	float *xs;
 	struct mm_multi mm;
 	unsigned nt = kvt_pool_threads(pool), k;
 	int ret, fuse = n <= KVT_MATMUL_MAX && rows > 0;
@@ -993,7 +1170,10 @@ int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float
 					   .simd = kvt_cpu_simd() };
 		mm.first[k + 1] = mm.first[k] + mm_small_setup(&mm.j[k], nt);
 	}
+	if ((ret = need_xs(mm.j, n, x, rows, w[0]->n_in, &xs)))
+		return ret;
 	kvt_pool_run(pool, mm_multi_task, &mm, mm.first[n]);
+	free(xs);
 	return 0;
 }
 
@@ -1013,7 +1193,14 @@ int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		return 0;
 	}
 	if (small_rows(w, rows)) {
-		kvt_pool_run(pool, mm_small_task, &j, mm_small_setup(&j, nt));
+		unsigned tasks = mm_small_setup(&j, nt);
+		float *xs;
+		int r;
+
+		if ((r = need_xs(&j, 1, x, rows, w->n_in, &xs)))
+			return r;
+		kvt_pool_run(pool, mm_small_task, &j, tasks);
+		free(xs);
 		return 0;
 	}
 	pthread_once(&blas_once, blas_one_thread);

@@ -41,6 +41,19 @@ struct kvt_qtype {
 	uint16_t size;			/* bytes per block */
 };
 
+/* q4_k and q5_k's 6-bit scale d and min m of sub-block j (0..7) from the
+ * block's 12 bytes of them (ggml's get_scale_min_k4). */
+static inline void kvt_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+	}
+}
+
 /* The block type of GGML type number type (enum kvt_wtype), or NULL for
  * one that is not a block type read here (f32, f16, bf16 included). */
 const struct kvt_qtype *kvt_qtype(uint32_t type);
