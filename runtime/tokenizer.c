@@ -15,8 +15,9 @@
  * bigram whose two lengths no longer add up to what they were when it was
  * queued is stale and skipped.
  *
- * gpt2 text is split before the merges by GPT-2's pattern or Llama 3's
- * (tokenizer.ggml.pre), with bytewise character classes (cclass()).
+ * gpt2 text is split before the merges by GPT-2's pattern, Llama 3's or
+ * Qwen2's (tokenizer.ggml.pre), over code points classed as the patterns'
+ * \p{L}, \p{N} and \s by the Unicode data (utf8proc; cclass()).
  *
  * Not handled: control (type 3) and user-defined (type 4) tokens that
  * appear literally in the text are not matched as specials; "<s>" in the
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include <xxhash.h>
 
 #include "runtime/gguf.h"
@@ -62,7 +64,7 @@ typedef unsigned long long ull;
 
 enum { MODEL_LLAMA, MODEL_GPT2 };
 /* How gpt2 text is split before the merges (tokenizer.ggml.pre). */
-enum { PRE_GPT2, PRE_LLAMA3 };
+enum { PRE_GPT2, PRE_LLAMA3, PRE_QWEN2 };
 
 /* llama_token_type */
 enum {
@@ -386,7 +388,8 @@ static int get_bool(struct ld *l, const char *key, bool *v)
 /* gpt2's pre-tokenizer, by the names llama.cpp's converter writes:
  * absent, "default", "gpt2" or "gpt-2": GPT-2's pattern (llama.cpp's
  * "default" splits digits and punctuation apart further); "llama-bpe",
- * "llama3" or "llama-v3": Llama 3's. Others are refused: their splits
+ * "llama3" or "llama-v3": Llama 3's; "qwen2": Qwen2's (Llama 3's with
+ * digits one at a time). Others are refused: their splits
  * differ, and a model fed other ids than it was trained on still runs,
  * badly, with nothing to say so. */
 static int load_pre(struct ld *l)
@@ -394,6 +397,7 @@ static int load_pre(struct ld *l)
 	static const struct { const char *name; int pre; } known[] = {
 		{ "default", PRE_GPT2 }, { "gpt2", PRE_GPT2 }, { "gpt-2", PRE_GPT2 },
 		{ "llama-bpe", PRE_LLAMA3 }, { "llama3", PRE_LLAMA3 }, { "llama-v3", PRE_LLAMA3 },
+		{ "qwen2", PRE_QWEN2 },
 	};
 	const struct kvt_gguf_kv *k = kvt_gguf_find_kv(l->g, KEY_PRE);
 	char d[64];
@@ -409,7 +413,7 @@ static int load_pre(struct ld *l)
 			l->t->pre = known[i].pre;
 			return 0;
 		}
-	return fail(l, KEY_PRE, "pre-tokenizer %s is not supported (gpt2 and llama-bpe are)",
+	return fail(l, KEY_PRE, "pre-tokenizer %s is not supported (gpt2, llama-bpe and qwen2 are)",
 		    quote(d, sizeof(d), k->strs[0].ptr, k->strs[0].len));
 }
 
@@ -978,69 +982,117 @@ static int tok_llama(struct work *w, const char *text, size_t len)
 
 enum { C_LETTER, C_DIGIT, C_SPACE, C_OTHER };
 
-/* The character classes of the GPT-2 pattern, bytewise: ASCII letters and
- * every byte >= 0x80 are letters (so a UTF-8 character is never split, but
- * non-ASCII digits, spaces and punctuation count as letters too), '0'..'9'
- * digits, the six ASCII white-space bytes spaces, the rest other. */
-static int cclass(unsigned char c)
+/* gpt2 text as code points, for the pre-tokenizers: each one's value (-1
+ * for a byte that starts no UTF-8 character), its class in the patterns'
+ * terms, and where it starts in the text (off[n] is the text's length). */
+struct cpts {
+	int32_t *cp;
+	uint8_t *cls;
+	size_t *off;
+	size_t n;
+};
+
+/* The classes of the patterns: \p{L} is Unicode's letters (Lu, Ll, Lt,
+ * Lm, Lo), \p{N} its numbers (Nd, Nl, No), \s its White_Space property
+ * (the separators Zs, Zl, Zp, and U+0009..U+000D and U+0085), as
+ * utf8proc's tables of the Unicode data have them; the rest, invalid
+ * bytes included, are other. */
+static int cclass(int32_t cp)
 {
-	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
-		return C_LETTER;
-	if (c >= 0x80)
-		return C_LETTER;
-	if (c >= '0' && c <= '9')
-		return C_DIGIT;
-	if (c == ' ' || (c >= '\t' && c <= '\r'))
+	if (cp < 0)
+		return C_OTHER;
+	if (cp < 0x80) {		/* the common case, without a table lookup */
+		if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')
+			return C_LETTER;
+		if (cp >= '0' && cp <= '9')
+			return C_DIGIT;
+		return cp == ' ' || (cp >= '\t' && cp <= '\r') ? C_SPACE : C_OTHER;
+	}
+	if (cp == 0x85)
 		return C_SPACE;
-	return C_OTHER;
+	switch (utf8proc_category(cp)) {
+	case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+	case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
+		return C_LETTER;
+	case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+		return C_DIGIT;
+	case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP:
+		return C_SPACE;
+	default:
+		return C_OTHER;
+	}
 }
 
-static bool is_nl(unsigned char c)
+static int cpts_split(struct cpts *c, const unsigned char *s, size_t len)
 {
-	return c == '\r' || c == '\n';
+	size_t i, k;
+
+	c->cp = malloc(len * sizeof(*c->cp));
+	c->cls = malloc(len);
+	c->off = malloc((len + 1) * sizeof(*c->off));
+	if (!c->cp || !c->cls || !c->off)
+		return -ENOMEM;
+	for (i = 0, k = 0; i < len; k++) {
+		c->off[k] = i;
+		i += utf8_char(s + i, len - i, &c->cp[k]);
+		c->cls[k] = (uint8_t)cclass(c->cp[k]);
+	}
+	c->off[k] = len;
+	c->n = k;
+	return 0;
 }
 
-/* A contraction at s[i]: 's 't 'm 'd 're 've 'll, of either case (Llama 3)
- * or lower case only (GPT-2). Returns its length, or 0. */
-static size_t contraction(const unsigned char *s, size_t n, size_t i, bool any_case)
+static bool is_nl(const struct cpts *c, size_t i)
 {
-	unsigned char a, b;
+	return c->cp[i] == '\r' || c->cp[i] == '\n';
+}
 
-	if (s[i] != '\'' || i + 1 >= n)
+/* ASCII letter l (lower case) at i, of either case when any_case. */
+static bool is_ascii(const struct cpts *c, size_t i, char l, bool any_case)
+{
+	return i < c->n && (c->cp[i] == l || (any_case && c->cp[i] == (l & ~0x20)));
+}
+
+/* A contraction at i: 's 't 'm 'd 're 've 'll, of either case (Llama 3,
+ * Qwen2) or lower case only (GPT-2). Returns its length, or 0. */
+static size_t contraction(const struct cpts *c, size_t i, bool any_case)
+{
+	if (c->cp[i] != '\'' || i + 1 >= c->n)
 		return 0;
-	a = any_case ? (unsigned char)(s[i + 1] | 0x20) : s[i + 1];
-	b = i + 2 < n ? (any_case ? (unsigned char)(s[i + 2] | 0x20) : s[i + 2]) : 0;
-	if (a == 's' || a == 't' || a == 'm' || a == 'd')
+	if (is_ascii(c, i + 1, 's', any_case) || is_ascii(c, i + 1, 't', any_case) ||
+	    is_ascii(c, i + 1, 'm', any_case) || is_ascii(c, i + 1, 'd', any_case))
 		return 2;
-	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+	if ((is_ascii(c, i + 1, 'r', any_case) && is_ascii(c, i + 2, 'e', any_case)) ||
+	    (is_ascii(c, i + 1, 'v', any_case) && is_ascii(c, i + 2, 'e', any_case)) ||
+	    (is_ascii(c, i + 1, 'l', any_case) && is_ascii(c, i + 2, 'l', any_case)))
 		return 3;
 	return 0;
 }
 
 /*
- * End of the piece starting at i, as GPT-2's pattern
+ * End of the piece starting at code point i, as GPT-2's pattern
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * splits it, with the classes of cclass(): a contraction; else one
- * optional ' ' and a run of letters, digits or others; else a run of
- * white space, less its last byte when a non-space follows and the run
- * is longer than one (that byte then leads the next piece).
+ * splits it: a contraction; else one optional ' ' and a run of letters,
+ * digits or others; else a run of white space, less its last code point
+ * when a non-space follows and the run is longer than one (that one then
+ * leads the next piece).
  */
-static size_t pretoken_end(const unsigned char *s, size_t n, size_t i)
+static size_t pretoken_end(const struct cpts *c, size_t i)
 {
-	size_t j = i, k = contraction(s, n, i, false);
-	int c;
+	size_t j = i, k = contraction(c, i, false), n = c->n;
+	int cl;
 
 	if (k)
 		return i + k;
-	if (s[j] == ' ' && j + 1 < n && cclass(s[j + 1]) != C_SPACE)
+	if (c->cp[j] == ' ' && j + 1 < n && c->cls[j + 1] != C_SPACE)
 		j++;
-	c = cclass(s[j]);
-	if (c != C_SPACE) {
-		while (j < n && cclass(s[j]) == c)
+	cl = c->cls[j];
+	if (cl != C_SPACE) {
+		while (j < n && c->cls[j] == cl)
 			j++;
 		return j;
 	}
-	while (j < n && cclass(s[j]) == C_SPACE)
+	while (j < n && c->cls[j] == C_SPACE)
 		j++;
 	if (j < n && j - i >= 2)
 		j--;
@@ -1048,46 +1100,47 @@ static size_t pretoken_end(const unsigned char *s, size_t n, size_t i)
 }
 
 /*
- * End of the piece starting at i, as Llama 3's pattern
+ * End of the piece starting at code point i, as Llama 3's pattern
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * splits it (the first alternative that matches wins), with cclass()'s
- * classes: a contraction of either case; one byte that is no letter,
- * digit or line break, then letters (or letters alone); one to three
- * digits; an optional ' ', others, then line breaks; white space up to
- * its last line break; white space, less its last byte when a non-space
- * follows (unless that leaves nothing).
+ * splits it (the first alternative that matches wins), or Qwen2's, the
+ * same with \p{N} for \p{N}{1,3} (digits at most max_digits at a time):
+ * a contraction of either case; one code point that is no letter, digit
+ * or line break, then letters (or letters alone); the digits; an
+ * optional ' ', others, then line breaks; white space up to its last line
+ * break; white space, less its last code point when a non-space follows
+ * (unless that leaves nothing).
  */
-static size_t pretoken_end_llama3(const unsigned char *s, size_t n, size_t i)
+static size_t pretoken_end_llama3(const struct cpts *c, size_t i, size_t max_digits)
 {
-	size_t j = i, k, c = contraction(s, n, i, true);
-	int a = cclass(s[i]);
+	size_t j = i, k, n = c->n, ct = contraction(c, i, true);
+	int a = c->cls[i];
 
-	if (c)
-		return i + c;
-	if (a == C_LETTER || (!is_nl(s[i]) && a != C_DIGIT && i + 1 < n &&
-			      cclass(s[i + 1]) == C_LETTER)) {
-		for (j = i + 1; j < n && cclass(s[j]) == C_LETTER; j++)
+	if (ct)
+		return i + ct;
+	if (a == C_LETTER || (!is_nl(c, i) && a != C_DIGIT && i + 1 < n &&
+			      c->cls[i + 1] == C_LETTER)) {
+		for (j = i + 1; j < n && c->cls[j] == C_LETTER; j++)
 			;
 		return j;
 	}
 	if (a == C_DIGIT) {
-		for (j = i + 1; j < n && j < i + 3 && cclass(s[j]) == C_DIGIT; j++)
+		for (j = i + 1; j < n && j < i + max_digits && c->cls[j] == C_DIGIT; j++)
 			;
 		return j;
 	}
-	if (s[j] == ' ' && j + 1 < n && cclass(s[j + 1]) == C_OTHER)
+	if (c->cp[j] == ' ' && j + 1 < n && c->cls[j + 1] == C_OTHER)
 		j++;
-	if (cclass(s[j]) == C_OTHER) {
-		while (j < n && cclass(s[j]) == C_OTHER)
+	if (c->cls[j] == C_OTHER) {
+		while (j < n && c->cls[j] == C_OTHER)
 			j++;
-		while (j < n && is_nl(s[j]))
+		while (j < n && is_nl(c, j))
 			j++;
 		return j;
 	}
 	/* White space from i; the run's last line break, if it has one. */
-	for (j = i, k = 0; j < n && cclass(s[j]) == C_SPACE; j++)
-		if (is_nl(s[j]))
+	for (j = i, k = 0; j < n && c->cls[j] == C_SPACE; j++)
+		if (is_nl(c, j))
 			k = j + 1;
 	if (k)
 		return k;
@@ -1098,30 +1151,42 @@ static int tok_gpt2(struct work *w, const char *text, size_t len)
 {
 	const struct kvt_tokenizer *t = w->t;
 	const unsigned char *u = (const unsigned char *)text;
+	struct cpts c = { 0 };
 	size_t i, j, k;
 	int ret;
 
 	w->sym = malloc(len * sizeof(*w->sym));
-	if (!w->sym)
-		return -ENOMEM;
-	for (i = 0; i < len; i = j) {
+	if (!w->sym || (ret = cpts_split(&c, u, len))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < c.n; i = j) {
+		size_t b0, b1;
 		int32_t nsym;
 
-		j = t->pre == PRE_LLAMA3 ? pretoken_end_llama3(u, len, i) : pretoken_end(u, len, i);
-		nsym = (int32_t)(j - i);
-		for (k = 0; k < j - i; k++)
+		j = t->pre == PRE_GPT2 ? pretoken_end(&c, i) :
+		    pretoken_end_llama3(&c, i, t->pre == PRE_QWEN2 ? 1 : 3);
+		b0 = c.off[i];
+		b1 = c.off[j];
+		nsym = (int32_t)(b1 - b0);
+		for (k = 0; k < b1 - b0; k++)
 			w->sym[k] = (struct sym){ .prev = (int32_t)k - 1, .next = (int32_t)k + 1,
 						  .start = (uint32_t)k, .len = 1,
-						  .id = t->byte_tok[u[i + k]] };
+						  .id = t->byte_tok[u[b0 + k]] };
 		w->sym[nsym - 1].next = -1;
-		w->s = text + i;
+		w->s = text + b0;
 		ret = merge_all(w, nsym);
 		if (!ret)
 			ret = emit_all(w);
 		if (ret)
-			return ret;
+			goto out;
 	}
-	return 0;
+	ret = 0;
+out:
+	free(c.cp);
+	free(c.cls);
+	free(c.off);
+	return ret;
 }
 
 int kvt_tokenize(const struct kvt_tokenizer *t, const char *text, size_t len,

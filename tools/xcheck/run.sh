@@ -10,10 +10,10 @@
 # dense path and through the pager (and once with tiers too small for the
 # KV, so that pages come back from NVMe); every logits row is compared.
 # First, the tokenizer: `kvt-run --tokenize` against llama.cpp's on texts
-# from this tree and a few edge cases, for the three kinds kvt-mkmodel
-# writes: the SentencePiece-style "llama" vocabulary (byte fallback), and
-# byte-level BPE ("gpt2") split by Llama 3's pattern (pre llama-bpe) and by
-# GPT-2's (pre gpt-2).
+# from this tree, a few edge cases and a text of many scripts, for the
+# kinds kvt-mkmodel writes: the SentencePiece-style "llama" vocabulary
+# (byte fallback), and byte-level BPE ("gpt2") split by Llama 3's pattern
+# (pre llama-bpe), by GPT-2's (pre gpt-2) and by Qwen2's (pre qwen2).
 #
 # Limits (worst of max|ours - llama| / max|llama| over a run's rows; each
 # engine feeds back its own greedy token, so rows after the first whose
@@ -79,6 +79,7 @@ mk $base --type f32 --rope-freqs llama3 -o llama3.gguf
 mk --layers 3 --dim 256 --heads 4 --ff 704 --vocab 512 --ctx 512 --seed 5 --type f32 -o mha.gguf
 mk $base --type f32 --tokenizer gpt2 --pre llama-bpe -o bpe.gguf
 mk $base --type f32 --tokenizer gpt2 --pre gpt-2 -o bpe-gpt2.gguf
+mk $base --type f32 --tokenizer gpt2 --pre qwen2 -o bpe-qwen2.gguf
 for t in f16 bf16 q8_0 $QTYPES; do
 	python3 "$src/tof32.py" $t.gguf $t-asf32.gguf
 done
@@ -89,9 +90,15 @@ cp "$root/README.md" t-readme.txt
 head -n 250 "$root/pager/pager.c" > t-code.txt
 printf '  Leading spaces,\n\nnewlines\ttabs   and   runs.\r\nUnicode: caf\xc3\xa9, \xe6\x9d\xb1\xe4\xba\xac, \xf0\x9f\x9a\x80.\n' > t-edge.txt
 printf ' ' > t-space.txt
+# Beyond ASCII: accents, CJK and an ideographic space, Hangul, Cyrillic,
+# Greek, Arabic with Arabic-Indic digits, Devanagari digits, emoji, a
+# vulgar fraction and a Roman numeral (numbers that are not digits), a
+# superscript, a no-break space and an em space, a combining accent, and
+# full-width digits.
+printf 'Caf\xc3\xa9 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9e, na\xc3\xafve Z\xc3\xbcrich \xc3\x85ngstr\xc3\xb6m.\n\xe6\x9d\xb1\xe4\xba\xac\xe3\x81\xa8\xe5\xa4\xa7\xe9\x98\xaa\xe3\x80\x82\xe3\x80\x80\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xce\xba\xcf\x8c\xcf\x83\xce\xbc\xce\xb5 \xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xd9\xa3\xd9\xa4\xd9\xa5 \xe0\xa5\xa8\xe0\xa5\xa6\xe0\xa5\xa8\xe0\xa5\xac\n\xf0\x9f\x9a\x80\xf0\x9f\x8e\x89 emoji\xf0\x9f\x98\x80! \xc2\xbd \xe2\x85\xa2 x\xc2\xb2 \xc2\xa0nbsp\xe2\x80\x83em-space e\xcc\x81 1234567 \xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\n' > t-unicode.txt
 printf "Numbers 1234567 and 3.14159, isn't it? DON'T.\n\n\tIndented (brackets) -- dashes...\n" > t-bpe.txt
-for m in f32 bpe bpe-gpt2; do
-for t in t-readme t-code t-edge t-space t-bpe; do
+for m in f32 bpe bpe-gpt2 bpe-qwen2; do
+for t in t-readme t-code t-edge t-space t-bpe t-unicode; do
 	ours=$("$RUN" -m $m.gguf -f $t.txt --tokenize) &&
 		theirs=$(node tokenize.mjs $m.gguf $t.txt) || {
 		echo "tokenizer: $m $t.txt: a run failed"
