@@ -46,10 +46,10 @@ struct span {
  * cpu the model's own, on a GPU copies in device memory. */
 struct layer_w {
 	const float *attn_norm, *ffn_norm;	/* (n_embd) buffers */
+	const float *bq, *bk, *bv;		/* (n_embd | kv_dim) buffers; NULL without */
 	struct kvt_mat wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
-#define MAX_BUFS 24
 
 struct kvt_engine {
 	struct kvt_model *m;
@@ -85,9 +85,8 @@ struct kvt_engine {
 	uint16_t *kh, *vh;		/* (rows, kv_dim) f16 copies of k, v */
 	uint32_t *dpos;			/* (rows) positions; pos itself on cpu */
 	float	*logits;		/* (max_batch, n_vocab) */
-	void	*bufs[MAX_BUFS];	/* what alloc_buf made, to free */
-	size_t	 buf_bytes[MAX_BUFS];
-	unsigned nbufs;
+	struct buf { void *p; size_t bytes; } *bufs;	/* what alloc_buf made, to free */
+	unsigned nbufs, bufs_cap;
 
 	/* Host memory; the same as the buffers above on cpu. */
 	uint32_t *pos;			/* (rows) */
@@ -246,12 +245,18 @@ static int alloc_buf(struct kvt_engine *e, void *out, size_t bytes)
 	void **o = out;
 	int r;
 
-	if (e->nbufs == MAX_BUFS)
-		return -ENOMEM;
+	if (e->nbufs == e->bufs_cap) {
+		unsigned cap = e->bufs_cap ? 2 * e->bufs_cap : 32;
+		struct buf *nb = realloc(e->bufs, cap * sizeof(*nb));
+
+		if (!nb)
+			return -ENOMEM;
+		e->bufs = nb;
+		e->bufs_cap = cap;
+	}
 	if ((r = e->cx.ops->alloc(e->cx.ctx, bytes, o)))
 		return r;
-	e->bufs[e->nbufs] = *o;
-	e->buf_bytes[e->nbufs++] = bytes;
+	e->bufs[e->nbufs++] = (struct buf){ *o, bytes };
 	return 0;
 }
 
@@ -282,10 +287,20 @@ static int prepare(struct kvt_engine *e, const struct kvt_mat *w, struct kvt_mat
 }
 
 /* The model's weights as the backend keeps them. */
+/* x (rows, n) += b in every row; b NULL: nothing. */
+static int add_bias(struct kvt_engine *e, float *x, const float *b, unsigned rows, size_t n)
+{
+	int r = 0;
+
+	for (unsigned i = 0; b && i < rows && !r; i++)
+		r = e->cx.ops->add(e->cx.ctx, x + i * n, b, n);
+	return r;
+}
+
 static int prepare_weights(struct kvt_engine *e)
 {
 	const struct kvt_model *m = e->m;
-	const size_t E = m->hp.n_embd;
+	const size_t E = m->hp.n_embd, KVD = (size_t)m->hp.head_dim * m->hp.n_head_kv;
 	int r;
 
 	if ((r = const_buf(e, m->out_norm, E * sizeof(float), (const void **)&e->out_norm)) ||
@@ -303,6 +318,12 @@ static int prepare_weights(struct kvt_engine *e)
 		    (r = prepare(e, &L->wv, &W->wv)) || (r = prepare(e, &L->wo, &W->wo)) ||
 		    (r = prepare(e, &L->w_gate, &W->w_gate)) || (r = prepare(e, &L->w_up, &W->w_up)) ||
 		    (r = prepare(e, &L->w_down, &W->w_down)))
+			return r;
+		if (L->bq && (r = const_buf(e, L->bq, E * sizeof(float), (const void **)&W->bq)))
+			return r;
+		if (L->bk && (r = const_buf(e, L->bk, KVD * sizeof(float), (const void **)&W->bk)))
+			return r;
+		if (L->bv && (r = const_buf(e, L->bv, KVD * sizeof(float), (const void **)&W->bv)))
 			return r;
 	}
 	return 0;
@@ -484,8 +505,9 @@ void kvt_engine_free(struct kvt_engine *e)
 		e->cx.ops->sync(e->cx.ctx);
 		release_weights(e);
 		for (unsigned i = 0; i < e->nbufs; i++)
-			e->cx.ops->free(e->cx.ctx, e->bufs[i], e->buf_bytes[i]);
+			e->cx.ops->free(e->cx.ctx, e->bufs[i].p, e->bufs[i].bytes);
 	}
+	free(e->bufs);
 	kvt_compute_close(&e->cx);
 	free(e->w);
 	free(e->page_ids);
@@ -1155,6 +1177,9 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 		if ((ret = o->rmsnorm(c, e->xn, e->x, NULL, R, hp->n_embd, W->attn_norm, hp->rms_eps)) ||
 		    (ret = o->matmul_n(c, 3, (float *const[]){ e->q, e->k, e->v }, e->xn, R,
 				       (const struct kvt_mat *const[]){ &W->wq, &W->wk, &W->wv })) ||
+		    (ret = add_bias(e, e->q, W->bq, R, hp->n_embd)) ||
+		    (ret = add_bias(e, e->k, W->bk, R, KV)) ||
+		    (ret = add_bias(e, e->v, W->bv, R, KV)) ||
 		    (ret = o->rope(c, e->q, R, hp->n_head, hp->head_dim, hp->rope_dim, e->dpos,
 				   e->inv_freq)) ||
 		    (ret = o->rope(c, e->k, R, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->dpos,

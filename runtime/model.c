@@ -26,7 +26,19 @@ struct ld {
 	const char *path;
 	char *err;
 	size_t errlen;
+	char key[4][96];		/* key(): the architecture's keys, in turn */
+	unsigned next_key;
 };
+
+/* "<architecture>.name": the metadata keys of the model's architecture
+ * (llama.block_count, qwen2.block_count). Four in use at once at most. */
+static const char *key(struct ld *l, const char *name)
+{
+	char *k = l->key[l->next_key++ % 4];
+
+	snprintf(k, sizeof(l->key[0]), "%s.%s", l->m->hp.arch, name);
+	return k;
+}
 
 static int fail(struct ld *l, int ret, const char *fmt, ...)
 {
@@ -182,41 +194,46 @@ static int load_hparams(struct ld *l)
 
 	if (kvt_gguf_get_str(l->m->g, "general.architecture", &s))
 		return fail(l, -EINVAL, "metadata key general.architecture is missing or not a string");
-	if (!str_eq(&s, "llama"))
-		return fail(l, -EINVAL, "architecture \"%.*s\" is not supported (only llama)",
+	if (!str_eq(&s, "llama") && !str_eq(&s, "qwen2"))
+		return fail(l, -EINVAL, "architecture \"%.*s\" is not supported (llama and qwen2 are)",
 			    (int)(s.len > 64 ? 64 : s.len), s.ptr);
-	if ((ret = get_uint(l, "llama.block_count", &hp->n_layer, 1)) ||
-	    (ret = get_uint(l, "llama.embedding_length", &hp->n_embd, 1)) ||
-	    (ret = get_uint(l, "llama.feed_forward_length", &hp->n_ff, 1)) ||
-	    (ret = get_uint(l, "llama.attention.head_count", &hp->n_head, 1)) ||
-	    (ret = get_uint(l, "llama.context_length", &hp->n_ctx_train, 1)))
+	memcpy(hp->arch, s.ptr, s.len);
+	hp->arch[s.len] = 0;
+	/* Qwen2 rotates each head's dims i and i + rope_dim / 2 together
+	 * (llama.cpp's NEOX RoPE), Llama adjacent pairs. */
+	hp->rope_neox = str_eq(&s, "qwen2");
+	if ((ret = get_uint(l, key(l, "block_count"), &hp->n_layer, 1)) ||
+	    (ret = get_uint(l, key(l, "embedding_length"), &hp->n_embd, 1)) ||
+	    (ret = get_uint(l, key(l, "feed_forward_length"), &hp->n_ff, 1)) ||
+	    (ret = get_uint(l, key(l, "attention.head_count"), &hp->n_head, 1)) ||
+	    (ret = get_uint(l, key(l, "context_length"), &hp->n_ctx_train, 1)))
 		return ret;
 	hp->n_head_kv = hp->n_head;
-	if ((ret = get_uint(l, "llama.attention.head_count_kv", &hp->n_head_kv, 0)))
+	if ((ret = get_uint(l, key(l, "attention.head_count_kv"), &hp->n_head_kv, 0)))
 		return ret;
 	if (hp->n_embd % hp->n_head)
-		return fail(l, -EINVAL, "llama.embedding_length %u is not a multiple of llama.attention.head_count %u",
-			    hp->n_embd, hp->n_head);
+		return fail(l, -EINVAL, "%s.embedding_length %u is not a multiple of %s.attention.head_count %u",
+			    hp->arch, hp->n_embd, hp->arch, hp->n_head);
 	if (hp->n_head % hp->n_head_kv)
-		return fail(l, -EINVAL, "llama.attention.head_count %u is not a multiple of head_count_kv %u",
-			    hp->n_head, hp->n_head_kv);
+		return fail(l, -EINVAL, "%s.attention.head_count %u is not a multiple of head_count_kv %u",
+			    hp->arch, hp->n_head, hp->n_head_kv);
 	hp->head_dim = hp->n_embd / hp->n_head;
 	hp->rope_dim = hp->head_dim;
-	if ((ret = get_uint(l, "llama.rope.dimension_count", &hp->rope_dim, 0)))
+	if ((ret = get_uint(l, key(l, "rope.dimension_count"), &hp->rope_dim, 0)))
 		return ret;
 	if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
-		return fail(l, -EINVAL, "the rotated dimensions per head (%u, llama.rope.dimension_count "
+		return fail(l, -EINVAL, "the rotated dimensions per head (%u, %s.rope.dimension_count "
 			    "or the head size) must be even and at most the head size %u",
-			    hp->rope_dim, hp->head_dim);
+			    hp->rope_dim, hp->arch, hp->head_dim);
 	/* Nine tensors a block, plus embedding and norm, before anything is
 	 * sized by the block count. */
 	if ((uint64_t)hp->n_layer * 9 + 2 > l->m->g->n_tensors)
-		return fail(l, -EINVAL, "llama.block_count %u needs at least %llu tensors but the file has %llu",
-			    hp->n_layer, (ull)hp->n_layer * 9 + 2, (ull)l->m->g->n_tensors);
+		return fail(l, -EINVAL, "%s.block_count %u needs at least %llu tensors but the file has %llu",
+			    hp->arch, hp->n_layer, (ull)hp->n_layer * 9 + 2, (ull)l->m->g->n_tensors);
 	hp->rope_theta = 10000.0f;
 	hp->rms_eps = 1e-5f;
-	if ((ret = get_float(l, "llama.rope.freq_base", &hp->rope_theta)) ||
-	    (ret = get_float(l, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps)))
+	if ((ret = get_float(l, key(l, "rope.freq_base"), &hp->rope_theta)) ||
+	    (ret = get_float(l, key(l, "attention.layer_norm_rms_epsilon"), &hp->rms_eps)))
 		return ret;
 
 	/*
@@ -230,20 +247,21 @@ static int load_hparams(struct ld *l)
 	 * twice.
 	 */
 	hp->rope_freq_scale = 1.0f;
-	if (!kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) &&
+	if (!kvt_gguf_get_str(l->m->g, key(l, "rope.scaling.type"), &s) &&
 	    !str_eq(&s, "none") && !str_eq(&s, "linear") && !str_eq(&s, "llama3"))
-		return fail(l, -EINVAL, "llama.rope.scaling.type \"%.*s\" is not supported "
+		return fail(l, -EINVAL, "%s.rope.scaling.type \"%.*s\" is not supported "
 			    "(none, linear, or llama3 with rope_freqs.weight)",
-			    (int)(s.len > 32 ? 32 : s.len), s.ptr);
-	if (!kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) && str_eq(&s, "llama3")) {
+			    hp->arch, (int)(s.len > 32 ? 32 : s.len), s.ptr);
+	if (!kvt_gguf_get_str(l->m->g, key(l, "rope.scaling.type"), &s) && str_eq(&s, "llama3")) {
 		if (!kvt_gguf_find_tensor(l->m->g, "rope_freqs.weight"))
-			return fail(l, -EINVAL, "llama.rope.scaling.type \"llama3\" needs tensor "
-				    "rope_freqs.weight (the per-pair factors that carry it), which is missing");
+			return fail(l, -EINVAL, "%s.rope.scaling.type \"llama3\" needs tensor "
+				    "rope_freqs.weight (the per-pair factors that carry it), which is missing",
+				    hp->arch);
 	} else {
-		if ((ret = get_float(l, "llama.rope.scaling.factor", &factor)) ||
-		    (!factor && (ret = get_float(l, "llama.rope.scale_linear", &factor))))
+		if ((ret = get_float(l, key(l, "rope.scaling.factor"), &factor)) ||
+		    (!factor && (ret = get_float(l, key(l, "rope.scale_linear"), &factor))))
 			return ret;
-		if (factor && !(kvt_gguf_get_str(l->m->g, "llama.rope.scaling.type", &s) == 0 &&
+		if (factor && !(kvt_gguf_get_str(l->m->g, key(l, "rope.scaling.type"), &s) == 0 &&
 				str_eq(&s, "none")))
 			hp->rope_freq_scale = 1.0f / factor;
 	}
@@ -296,6 +314,63 @@ static int load_rope_freqs(struct ld *l)
 		return fail(l, -ENOMEM, "out of memory");
 	kvt_rope_inv_freq(m->rope_inv_freq, hp->rope_dim, hp->rope_theta, hp->rope_freq_scale,
 			  m->rope_freqs);
+	return 0;
+}
+
+/* An optional vector of n values (a bias): 0 and *out NULL without it. */
+static int opt_vec(struct ld *l, const char *name, uint32_t n, float **out)
+{
+	*out = NULL;
+	return kvt_gguf_find_tensor(l->m->g, name) ? norm(l, name, n, out) : 0;
+}
+
+/* Row i of a head, moved where adjacent-pair RoPE rotates it as NEOX RoPE
+ * rotates i: dims i and i + half (half = rope_dim / 2) become 2i and
+ * 2i + 1; dims past rope_dim stay. Q and K reordered alike leave every
+ * q . k, and so attention, as it was. */
+static uint32_t neox_row(uint32_t i, uint32_t rope_dim)
+{
+	uint32_t half = rope_dim / 2;
+
+	return i >= rope_dim ? i : i < half ? 2 * i : 2 * (i - half) + 1;
+}
+
+/* wq's and wk's rows (and their biases) reordered by neox_row, into one
+ * allocation the layer owns: qwen2 runs on the adjacent-pair RoPE of the
+ * kernels, at the cost of a copy of wq and wk. */
+static int neox_reorder(struct ld *l, struct kvt_layer *L)
+{
+	const struct kvt_hparams *hp = &l->m->hp;
+	struct kvt_mat *w[2] = { &L->wq, &L->wk };
+	float *b[2] = { L->bq, L->bk };
+	size_t rb[2], off = 0;
+	char *dst;
+
+	for (int k = 0; k < 2; k++)
+		rb[k] = kvt_mat_row_bytes(w[k]->type, w[k]->n_in);
+	if (!(dst = L->wqk_own = malloc(rb[0] * w[0]->n_out + rb[1] * w[1]->n_out)))
+		return fail(l, -ENOMEM, "out of memory");
+	for (int k = 0; k < 2; k++) {
+		uint32_t n = w[k]->n_out;
+		float *was = b[k] ? malloc(n * sizeof(float)) : NULL;
+
+		if (b[k] && !was)
+			return fail(l, -ENOMEM, "out of memory");
+		if (was)
+			memcpy(was, b[k], n * sizeof(float));
+		for (uint32_t r = 0; r < n; r++) {
+			uint32_t h = r / hp->head_dim;
+			uint32_t to = h * hp->head_dim + neox_row(r % hp->head_dim, hp->rope_dim);
+
+			memcpy(dst + off + (size_t)to * rb[k],
+			       (const char *)w[k]->data + (size_t)r * rb[k], rb[k]);
+			if (was)
+				b[k][to] = was[r];
+		}
+		free(was);
+		w[k]->data = dst + off;
+		off += rb[k] * n;
+	}
 	return 0;
 }
 
@@ -360,7 +435,12 @@ static int load_weights(struct ld *l)
 		    (ret = mat(l, T("attn_output.weight"), hp->n_embd, hp->n_embd, &L->wo, 0)) ||
 		    (ret = mat(l, T("ffn_gate.weight"), hp->n_embd, hp->n_ff, &L->w_gate, 0)) ||
 		    (ret = mat(l, T("ffn_up.weight"), hp->n_embd, hp->n_ff, &L->w_up, 0)) ||
-		    (ret = mat(l, T("ffn_down.weight"), hp->n_ff, hp->n_embd, &L->w_down, 0)))
+		    (ret = mat(l, T("ffn_down.weight"), hp->n_ff, hp->n_embd, &L->w_down, 0)) ||
+		    (ret = opt_vec(l, T("attn_q.bias"), hp->n_embd, &L->bq)) ||
+		    (ret = opt_vec(l, T("attn_k.bias"), kv_dim, &L->bk)) ||
+		    (ret = opt_vec(l, T("attn_v.bias"), kv_dim, &L->bv)))
+			return ret;
+		if (hp->rope_neox && (ret = neox_reorder(l, L)))
 			return ret;
 #undef T
 	}
@@ -417,6 +497,10 @@ void kvt_model_free(struct kvt_model *m)
 		for (i = 0; i < m->hp.n_layer; i++) {
 			free(m->layers[i].attn_norm);
 			free(m->layers[i].ffn_norm);
+			free(m->layers[i].bq);
+			free(m->layers[i].bk);
+			free(m->layers[i].bv);
+			free(m->layers[i].wqk_own);
 		}
 	free(m->layers);
 	free(m->out_norm);

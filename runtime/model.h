@@ -17,6 +17,10 @@ struct kvt_gguf;
 struct kvt_tokenizer;
 
 struct kvt_hparams {
+	char	 arch[16];		/* general.architecture: "llama" or "qwen2" */
+	int	 rope_neox;		/* qwen2: dims i and i + rope_dim / 2 rotate
+					 * together; wq and wk are loaded with their
+					 * rows in adjacent pairs (see runtime/model.c) */
 	uint32_t n_layer;
 	uint32_t n_embd;		/* model width */
 	uint32_t n_head, n_head_kv;	/* query heads, KV heads (GQA when fewer) */
@@ -33,6 +37,9 @@ struct kvt_hparams {
 struct kvt_layer {
 	float *attn_norm, *ffn_norm;		/* (n_embd) */
 	struct kvt_mat wq, wk, wv, wo;		/* (n_embd | kv_dim, n_embd) */
+	float *bq, *bk, *bv;			/* (n_embd | kv_dim) biases added after
+						 * wq, wk, wv (qwen2); NULL without */
+	void *wqk_own;				/* rope_neox: wq's and wk's rows, reordered */
 	struct kvt_mat w_gate, w_up;		/* (n_ff, n_embd) */
 	struct kvt_mat w_down;			/* (n_embd, n_ff) */
 };

@@ -796,30 +796,33 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 	unsigned kvh = s->kv_heads ? s->kv_heads : s->heads;
 	unsigned ff = s->ff ? s->ff : 4 * s->dim;
 	unsigned hd, kv_dim, l;
-	char name[64];
+	char name[64], akey[96];
+	const char *arch;
 	int ret;
+#define AK(k) (snprintf(akey, sizeof(akey), "%s." k, arch), akey)
 
 	if ((ret = kvt_synth_check(s, err, errlen)))
 		return ret;
+	arch = s->qwen2 ? "qwen2" : "llama";
 	hd = s->dim / s->heads;
 	kv_dim = hd * kvh;
 	if ((ret = kvt_gguf_writer_new(&w))) {
 		sfail(err, errlen, "out of memory");
 		return ret;
 	}
-	kvt_gguf_add_str(w, "general.architecture", "llama");
+	kvt_gguf_add_str(w, "general.architecture", arch);
 	kvt_gguf_add_str(w, "general.name", "kvtier synthetic");
 	kvt_gguf_add_u32(w, "general.file_type", file_type(s));
-	kvt_gguf_add_u32(w, "llama.block_count", s->layers);
-	kvt_gguf_add_u32(w, "llama.context_length", s->ctx);
-	kvt_gguf_add_u32(w, "llama.embedding_length", s->dim);
-	kvt_gguf_add_u32(w, "llama.feed_forward_length", ff);
-	kvt_gguf_add_u32(w, "llama.attention.head_count", s->heads);
-	kvt_gguf_add_u32(w, "llama.attention.head_count_kv", kvh);
-	kvt_gguf_add_u32(w, "llama.rope.dimension_count", hd);
-	kvt_gguf_add_f32(w, "llama.rope.freq_base", SYNTH_ROPE_THETA);
-	kvt_gguf_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-	kvt_gguf_add_u32(w, "llama.vocab_size", s->vocab);
+	kvt_gguf_add_u32(w, AK("block_count"), s->layers);
+	kvt_gguf_add_u32(w, AK("context_length"), s->ctx);
+	kvt_gguf_add_u32(w, AK("embedding_length"), s->dim);
+	kvt_gguf_add_u32(w, AK("feed_forward_length"), ff);
+	kvt_gguf_add_u32(w, AK("attention.head_count"), s->heads);
+	kvt_gguf_add_u32(w, AK("attention.head_count_kv"), kvh);
+	kvt_gguf_add_u32(w, AK("rope.dimension_count"), hd);
+	kvt_gguf_add_f32(w, AK("rope.freq_base"), SYNTH_ROPE_THETA);
+	kvt_gguf_add_f32(w, AK("attention.layer_norm_rms_epsilon"), 1e-5f);
+	kvt_gguf_add_u32(w, AK("vocab_size"), s->vocab);
 	if (s->tokenizer == KVT_SYNTH_TOK_GPT2)
 		add_vocab_gpt2(w, &b, s->vocab, s->pre);
 	else
@@ -833,6 +836,11 @@ int kvt_synth_write(const struct kvt_synth *s, const char *path, char *err, size
 		add_weight(w, &b, &r, s->type, BLK("attn_q.weight"), s->dim, s->dim, 0);
 		add_weight(w, &b, &r, s->type, BLK("attn_k.weight"), s->dim, kv_dim, 0);
 		add_weight(w, &b, &r, more, BLK("attn_v.weight"), s->dim, kv_dim, 0);
+		if (s->qwen2) {
+			add_weight(w, &b, &r, KVT_GGML_F32, BLK("attn_q.bias"), s->dim, 1, 0);
+			add_weight(w, &b, &r, KVT_GGML_F32, BLK("attn_k.bias"), kv_dim, 1, 0);
+			add_weight(w, &b, &r, KVT_GGML_F32, BLK("attn_v.bias"), kv_dim, 1, 0);
+		}
 		add_weight(w, &b, &r, s->type, BLK("attn_output.weight"), s->dim, s->dim, 0);
 		add_weight(w, &b, &r, KVT_GGML_F32, BLK("ffn_norm.weight"), s->dim, 1, 1);
 		add_weight(w, &b, &r, s->type, BLK("ffn_gate.weight"), s->dim, ff, 0);

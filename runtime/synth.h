@@ -52,6 +52,8 @@ struct kvt_synth {
 				 * output.weight and some layers' attn_v and
 				 * ffn_down in Q6_K */
 	int	 tied;		/* no output.weight: the head reuses token_embd */
+	int	 qwen2;		/* architecture qwen2 (Q, K, V biases; NEOX RoPE),
+				 * else llama */
 	int	 rope_freqs;	/* enum kvt_synth_rope; the other weights do not change */
 	int	 tokenizer;	/* enum kvt_synth_tok */
 	const char *pre;	/* gpt2: tokenizer.ggml.pre ("llama-bpe"); NULL or "": none */

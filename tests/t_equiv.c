@@ -113,6 +113,15 @@ static const struct geo geos[] = {
 	{ "gqa-bf16w-f16kv", { .layers = 2, .dim = 96, .heads = 6, .kv_heads = 3, .ctx = 4096,
 			       .vocab = 260, .seed = 14, .type = KVT_GGML_BF16 },
 	  KVT_KV_F16, 64, 32, 160, 8 },
+	/* Qwen2 (biases, NEOX RoPE through reordered wq and wk rows) on the
+	 * _K_M mix, and Llama on q4_0. */
+	{ "qwen2-q4km-f16kv", { .layers = 2, .dim = 256, .heads = 4, .kv_heads = 2, .ctx = 4096,
+				.vocab = 300, .seed = 15, .type = KVT_GGML_Q4_K, .mix = 1,
+				.qwen2 = 1, .tokenizer = KVT_SYNTH_TOK_GPT2, .pre = "qwen2" },
+	  KVT_KV_F16, 16, 64, 200, 8 },
+	{ "gqa-q4_0w-f32kv", { .layers = 2, .dim = 128, .heads = 4, .kv_heads = 2, .ctx = 4096,
+			       .vocab = 300, .seed = 16, .type = KVT_GGML_Q4_0 },
+	  KVT_KV_F32, 16, 16, 120, 8 },
 };
 
 static const struct tiers tier_sets[] = {

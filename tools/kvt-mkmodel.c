@@ -42,6 +42,8 @@ static void usage(FILE *f)
 		"                 q5_k_m (output.weight and some layers' attn_v and\n"
 		"                 ffn_down in q6_k, as llama.cpp's _M files) (f32)\n"
 		"  --tied         no output.weight: the head reuses the token embedding\n"
+		"  --arch A       llama or qwen2 (Q, K and V biases, NEOX RoPE; the gpt2\n"
+		"                 tokenizer with pre qwen2 unless told otherwise) (llama)\n"
 		"  --rope-freqs F none, or llama3: write rope_freqs.weight, Llama 3.1's\n"
 		"                 per-pair RoPE divisors (factor 8, low/high frequency\n"
 		"                 factors 1 and 4, original context 8192) as llama.cpp's\n"
@@ -77,6 +79,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "type", required_argument, NULL, 't' },
 		{ "tied", no_argument, NULL, 'T' },
+		{ "arch", required_argument, NULL, 'A' },
 		{ "rope-freqs", required_argument, NULL, 'r' },
 		{ "tokenizer", required_argument, NULL, 'k' },
 		{ "pre", required_argument, NULL, 'p' },
@@ -97,7 +100,7 @@ int main(int argc, char **argv)
 	const char *out = NULL;
 	char err[512];
 	unsigned i;
-	int c, pre_set = 0;
+	int c, pre_set = 0, tok_set = 0;
 
 	kvt_synth_default(&s);
 	while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
@@ -111,6 +114,14 @@ int main(int argc, char **argv)
 		case 'v': s.vocab = parse_uint("--vocab", optarg); break;
 		case 's': s.seed = parse_uint("--seed", optarg); break;
 		case 'T': s.tied = 1; break;
+		case 'A':
+			if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2")) {
+				fprintf(stderr, "kvt-mkmodel: --arch: \"%s\" is not llama or qwen2\n",
+					optarg);
+				return 2;
+			}
+			s.qwen2 = !strcmp(optarg, "qwen2");
+			break;
 		case 'r':
 			if (!strcmp(optarg, "none")) {
 				s.rope_freqs = KVT_SYNTH_ROPE_NONE;
@@ -123,6 +134,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'k':
+			tok_set = 1;
 			if (!strcmp(optarg, "llama")) {
 				s.tokenizer = KVT_SYNTH_TOK_LLAMA;
 			} else if (!strcmp(optarg, "gpt2")) {
@@ -167,6 +179,11 @@ int main(int argc, char **argv)
 	if (!out) {
 		fprintf(stderr, "kvt-mkmodel: -o FILE is required (see --help)\n");
 		return 2;
+	}
+	if (s.qwen2 && !tok_set) {
+		s.tokenizer = KVT_SYNTH_TOK_GPT2;
+		if (!pre_set)
+			s.pre = "qwen2";
 	}
 	if (pre_set && s.tokenizer != KVT_SYNTH_TOK_GPT2) {
 		fprintf(stderr, "kvt-mkmodel: --pre needs --tokenizer gpt2 (see --help)\n");

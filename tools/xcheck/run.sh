@@ -74,12 +74,17 @@ QTYPES="q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m"
 kbase="--layers 2 --dim 256 --heads 4 --kv-heads 2 --ff 768 --vocab 512 --ctx 512"
 for t in q4_0 q4_1 q5_0 q5_1; do mk $base --type $t -o $t.gguf; done
 for t in q2_k q3_k q4_k q5_k q6_k q4_k_m; do mk $kbase --type $t -o $t.gguf; done
+mk $kbase --type q4_k_m --arch qwen2 -o qwen2-q4km.gguf
+QTYPES="$QTYPES qwen2-q4km"
 mk $base --type f32 --tied -o tied.gguf
 mk $base --type f32 --rope-freqs llama3 -o llama3.gguf
 mk --layers 3 --dim 256 --heads 4 --ff 704 --vocab 512 --ctx 512 --seed 5 --type f32 -o mha.gguf
 mk $base --type f32 --tokenizer gpt2 --pre llama-bpe -o bpe.gguf
 mk $base --type f32 --tokenizer gpt2 --pre gpt-2 -o bpe-gpt2.gguf
 mk $base --type f32 --tokenizer gpt2 --pre qwen2 -o bpe-qwen2.gguf
+# Qwen2: biases, NEOX RoPE, its tokenizer; tied as its small models are.
+mk $base --type f32 --arch qwen2 -o qwen2.gguf
+mk $base --type f32 --arch qwen2 --tied -o qwen2t.gguf
 for t in f16 bf16 q8_0 $QTYPES; do
 	python3 "$src/tof32.py" $t.gguf $t-asf32.gguf
 done
@@ -148,7 +153,7 @@ sys.exit(json.load(open("o.json"))["pager"]["nvme_ops"] == 0)'; then
 }
 for p in p50 p450; do
 	for kv in f32 f16; do
-		for m in f32 tied llama3 mha bpe; do
+		for m in f32 tied llama3 mha bpe qwen2 qwen2t; do
 			lim=1e-5; [ $kv = f16 ] && lim=1e-3
 			check $m $m $p $kv $lim --argmax dense tiered
 		done
