@@ -589,6 +589,14 @@ static void bc_decode(const char *name, double tol_f16w)
 		{ "mqa-q8w-f16kv", { .layers = 2, .dim = 64, .heads = 4, .kv_heads = 1, .ctx = 4096,
 				     .vocab = 288, .seed = 13, .type = KVT_GGML_Q8_0, .tied = 1 },
 		  KVT_KV_F16, 64, 64, 260, 8, tol_f16w },
+		/* Qwen2 on the q4_k_m mix, deep enough that its norms and
+		 * biases take seventy device buffers (the engine once had
+		 * room for 24). */
+		{ "qwen2-q4km-14l", { .layers = 14, .dim = 256, .heads = 4, .kv_heads = 2,
+				      .ctx = 4096, .vocab = 300, .seed = 17, .type = KVT_GGML_Q4_K,
+				      .mix = 1, .qwen2 = 1, .tokenizer = KVT_SYNTH_TOK_GPT2,
+				      .pre = "qwen2" },
+		  KVT_KV_F16, 16, 32, 96, 4, tol_f16w },
 	};
 	/* fast, host in per cent of the KV's pages; in place or copied up */
 	const struct { const char *name; unsigned fast, host; int in_place; } tiers[] = {
