@@ -798,6 +798,200 @@ AVX2 static void name(const void *w, size_t wst, unsigned NW, const float *x, si
 DEF_FDOTS(fdots_q4k_avx2, q4k_body(w, wst, x, ldx, xs, ldxs, n, NN, RR, out))
 DEF_FDOTS(fdots_q6k_avx2, q6k_body(w, wst, x, ldx, n, NN, RR, out))
 
+/* q4_0 fused: d * sum_i (q_i - 8) x_i, a block of 32 at a time. */
+AVX2_INLINE void q40_body(const void *w0, size_t wst, const float *x, size_t ldx, unsigned n,
+			  unsigned NW, unsigned R, float *out)
+{
+	const __m256i lo = _mm256_set1_epi32(0xF), eight = _mm256_set1_epi32(8);
+	__m256 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < n / 32; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 18;
+			const float *xb = x + (size_t)b * 32;
+			__m256 s[4];
+
+			for (unsigned r = 0; r < R; r++)
+				s[r] = _mm256_setzero_ps();
+			for (unsigned l = 0; l < 16; l += 8) {
+				__m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + l)));
+				__m256 ql = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v, lo), eight));
+				__m256 qh = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v, 4), eight));
+				for (unsigned r = 0; r < R; r++) {
+					s[r] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(xb + r * ldx + l), s[r]);
+					s[r] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(xb + r * ldx + 16 + l), s[r]);
+				}
+			}
+			const __m256 d = _mm256_set1_ps(q8_scale(blk));
+			for (unsigned r = 0; r < R; r++)
+				acc[k][r] = _mm256_fmadd_ps(d, s[r], acc[k][r]);
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum8(acc[k][r]);
+}
+
+DEF_FDOTS(fdots_q40_avx2, q40_body(w, wst, x, ldx, n, NN, RR, out))
+
+/* The three with AVX-512F: sixteen lanes, one load of sixteen bytes
+ * widening to both nibbles' vectors. */
+#define DEF_FDOTS512(name, body...)						\
+AVX512 static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
+			const float *xs, size_t ldxs, unsigned n, unsigned R, float *out)	\
+{										\
+	switch ((NW - 1) * 4 + R - 1) {						\
+	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
+	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
+	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
+	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
+	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
+	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
+	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
+	default: { const unsigned NN = 2, RR = 4; body; break; }		\
+	}									\
+}
+
+AVX512_INLINE __m512i u8x16(const uint8_t *p)
+{
+	return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+AVX512_INLINE void q4k_body512(const void *w0, size_t wst, const float *x, size_t ldx,
+			       const float *xs, size_t ldxs, unsigned n, unsigned NW, unsigned R,
+			       float *out)
+{
+	const __m512i lo = _mm512_set1_epi32(0xF);
+	__m512 acc[2][4];
+	float mins[2][4] = { { 0 } };
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < n / 256; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 144;
+			const float d = q8_scale(blk), dmin = q8_scale(blk + 2);
+			uint8_t sc[8], mn[8];
+
+			for (int j = 0; j < 8; j++)
+				kvt_scale_min_k4(j, blk + 4, &sc[j], &mn[j]);
+			for (unsigned j = 0; j < 4; j++) {
+				const uint8_t *q = blk + 16 + 32 * j;
+				const float *xb = x + (size_t)b * 256 + 64 * j;
+				__m512i v0 = u8x16(q), v1 = u8x16(q + 16);
+				__m512 l0 = _mm512_cvtepi32_ps(_mm512_and_si512(v0, lo));
+				__m512 l1 = _mm512_cvtepi32_ps(_mm512_and_si512(v1, lo));
+				__m512 h0 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v0, 4));
+				__m512 h1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v1, 4));
+				const __m512 d1 = _mm512_set1_ps(d * sc[2 * j]);
+				const __m512 d2 = _mm512_set1_ps(d * sc[2 * j + 1]);
+
+				for (unsigned r = 0; r < R; r++) {
+					const float *xr = xb + r * ldx, *s = xs + r * ldxs + b * 8 + 2 * j;
+					__m512 sl = _mm512_mul_ps(l0, _mm512_loadu_ps(xr));
+					__m512 sh = _mm512_mul_ps(h0, _mm512_loadu_ps(xr + 32));
+
+					sl = _mm512_fmadd_ps(l1, _mm512_loadu_ps(xr + 16), sl);
+					sh = _mm512_fmadd_ps(h1, _mm512_loadu_ps(xr + 48), sh);
+					acc[k][r] = _mm512_fmadd_ps(d1, sl, acc[k][r]);
+					acc[k][r] = _mm512_fmadd_ps(d2, sh, acc[k][r]);
+					mins[k][r] += dmin * mn[2 * j] * s[0] + dmin * mn[2 * j + 1] * s[1];
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) - mins[k][r];
+}
+
+AVX512_INLINE void q6k_body512(const void *w0, size_t wst, const float *x, size_t ldx,
+			       unsigned n, unsigned NW, unsigned R, float *out)
+{
+	const __m512i lo = _mm512_set1_epi32(0xF), two = _mm512_set1_epi32(0x30),
+		      off = _mm512_set1_epi32(32);
+	__m512 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < n / 256; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 210;
+			const float d = q8_scale(blk + 208);
+
+			for (unsigned c = 0; c < 2; c++) {
+				const uint8_t *ql = blk + 64 * c, *qh = blk + 128 + 32 * c;
+				const int8_t *sc = (const int8_t *)(blk + 192) + 8 * c;
+				const float *xb = x + (size_t)b * 256 + 128 * c;
+
+				for (unsigned h = 0; h < 2; h++) {	/* values 16h.. of each 32 */
+					unsigned l = 16 * h;
+					__m512i a = u8x16(ql + l), e = u8x16(ql + l + 32), t = u8x16(qh + l);
+					__m512 q[4] = {
+						_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(
+							_mm512_and_si512(a, lo),
+							_mm512_and_si512(_mm512_slli_epi32(t, 4), two)), off)),
+						_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(
+							_mm512_and_si512(e, lo),
+							_mm512_and_si512(_mm512_slli_epi32(t, 2), two)), off)),
+						_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(
+							_mm512_srli_epi32(a, 4), _mm512_and_si512(t, two)), off)),
+						_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(
+							_mm512_srli_epi32(e, 4),
+							_mm512_and_si512(_mm512_srli_epi32(t, 2), two)), off)),
+					};
+					for (unsigned r = 0; r < R; r++)
+						for (unsigned g = 0; g < 4; g++)
+							acc[k][r] = _mm512_fmadd_ps(
+								_mm512_set1_ps(d * sc[h + 2 * g]),
+								_mm512_mul_ps(q[g], _mm512_loadu_ps(
+									xb + r * ldx + 32 * g + l)),
+								acc[k][r]);
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]);
+}
+
+AVX512_INLINE void q40_body512(const void *w0, size_t wst, const float *x, size_t ldx,
+			       unsigned n, unsigned NW, unsigned R, float *out)
+{
+	const __m512i lo = _mm512_set1_epi32(0xF), eight = _mm512_set1_epi32(8);
+	__m512 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < n / 32; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = (const uint8_t *)w0 + k * wst + (size_t)b * 18;
+			const float *xb = x + (size_t)b * 32;
+			__m512i v = u8x16(blk + 2);
+			__m512 ql = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, lo), eight));
+			__m512 qh = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
+			const __m512 d = _mm512_set1_ps(q8_scale(blk));
+
+			for (unsigned r = 0; r < R; r++) {
+				__m512 s = _mm512_mul_ps(ql, _mm512_loadu_ps(xb + r * ldx));
+
+				s = _mm512_fmadd_ps(qh, _mm512_loadu_ps(xb + r * ldx + 16), s);
+				acc[k][r] = _mm512_fmadd_ps(d, s, acc[k][r]);
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]);
+}
+
+DEF_FDOTS512(fdots_q4k_avx512, q4k_body512(w, wst, x, ldx, xs, ldxs, n, NN, RR, out))
+DEF_FDOTS512(fdots_q6k_avx512, q6k_body512(w, wst, x, ldx, n, NN, RR, out))
+DEF_FDOTS512(fdots_q40_avx512, q40_body512(w, wst, x, ldx, n, NN, RR, out))
+
 /* The same with AVX-512F: twice the lanes per instruction, which the
  * conversions (F16, BF16, and above all Q8_0) need to keep up with
  * memory. Not used for F32 (see kvt_matmul). */
@@ -1078,8 +1272,14 @@ static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
 	 * either way, and 64-byte loads, which straddle two lines unless
 	 * the data is 64-byte aligned (GGUF promises 32), measured 5-10%
 	 * slower. */
-	if (j->simd && (w->type == KVT_W_Q4_K || w->type == KVT_W_Q6_K)) {
-		j->fdots = w->type == KVT_W_Q4_K ? fdots_q4k_avx2 : fdots_q6k_avx2;
+	if (j->simd >= 2 && (w->type == KVT_W_Q4_K || w->type == KVT_W_Q6_K ||
+			     w->type == KVT_W_Q4_0)) {
+		j->fdots = w->type == KVT_W_Q4_K ? fdots_q4k_avx512 :
+			   w->type == KVT_W_Q6_K ? fdots_q6k_avx512 : fdots_q40_avx512;
+	} else if (j->simd && (w->type == KVT_W_Q4_K || w->type == KVT_W_Q6_K ||
+			       w->type == KVT_W_Q4_0)) {
+		j->fdots = w->type == KVT_W_Q4_K ? fdots_q4k_avx2 :
+			   w->type == KVT_W_Q6_K ? fdots_q6k_avx2 : fdots_q40_avx2;
 	} else if (w->type != W_F32 && w->type != W_F16 && w->type != W_BF16 && w->type != W_Q8_0) {
 		if (j->simd)
 			j->dq = kvt_dequant_block(w->type, j->simd);
@@ -1126,7 +1326,7 @@ static int need_xs(struct mm_job *j, unsigned n, const float *x, unsigned rows, 
 	unsigned k, g, r, ng = n_in / 32;
 
 	*xs = NULL;
-	for (k = 0; k < n && j[k].fdots != fdots_q4k_avx2; k++)
+	for (k = 0; k < n && j[k].fdots != fdots_q4k_avx2 && j[k].fdots != fdots_q4k_avx512; k++)
 		;
 	if (k == n)
 		return 0;
