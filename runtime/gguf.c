@@ -517,7 +517,10 @@ int kvt_gguf_open(const char *path, struct kvt_gguf **out, char *err, size_t err
 			snprintf(err, errlen, "%s: out of memory", path);
 		goto out;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO (or a device) opens at once and is refused
+	 * below, where a plain open would wait for a writer forever; on a
+	 * regular file the flag changes nothing. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0 || fstat(fd, &st)) {
 		ret = -errno;
 		if (err && errlen)

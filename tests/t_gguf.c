@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -332,6 +333,19 @@ int main(void)
 	CHECK(!g && strstr(err, "/nonexistent/model.gguf"));
 	CHECK_EQ(kvt_gguf_open("/tmp", &g, err, sizeof(err)), -EINVAL);
 	kvt_gguf_close(NULL);
+	/* A FIFO with no writer: refused at once, not waited on (the alarm
+	 * ends the test if open blocks). */
+	{
+		char fifo[sizeof(path) + 8];
+
+		snprintf(fifo, sizeof(fifo), "%s.fifo", path);
+		CHECK(!mkfifo(fifo, 0600));
+		alarm(10);
+		CHECK_EQ(kvt_gguf_open(fifo, &g, err, sizeof(err)), -EINVAL);
+		alarm(0);
+		CHECK(strstr(err, "not a regular file"));
+		unlink(fifo);
+	}
 
 	unlink(path);
 	free(buf);
