@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -1491,6 +1492,51 @@ static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned la
 	return err;
 }
 
+/* A new temporary file at tmp, 0600, never through a symlink and never
+ * over another's file: created with O_EXCL | O_NOFOLLOW. One left by a
+ * save of ours that died (a regular file this user owns) is removed and
+ * the create tried again; anything else there is refused. The fd, or
+ * -errno with one line in err. */
+static int create_tmp(const char *tmp, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd;
+
+	for (int tries = 0; tries < 2; tries++) {
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			break;
+		if (lstat(tmp, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+			return efail(err, errlen, -EEXIST, "%s: exists and is not a file of ours "
+				     "left by an earlier save (a link, or another user's): not "
+				     "touched; remove it", tmp);
+		if (unlink(tmp) && errno != ENOENT)
+			break;
+	}
+	if (fd < 0)
+		return efail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+	return fd;
+}
+
+/* fsync the directory that holds path. 0 or -errno. */
+static int sync_dir(const char *path)
+{
+	char dir[KVT_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	int fd, ret = 0;
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *path,
 		     char *err, size_t errlen)
 {
@@ -1519,9 +1565,8 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 	}
 	/* Write a temporary file and rename it, so a crash never leaves a torn session. */
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = efail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+	if ((fd = create_tmp(tmp, err, errlen)) < 0) {
+		ret = fd;
 		goto out;
 	}
 	XXH3_64bits_reset(st);
@@ -1552,7 +1597,10 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 			    path, tmp, strerror(errno));
 		goto unlink;
 	}
-	ret = 0;
+	/* The rename survives a power loss only once its directory is on disk. */
+	if ((ret = sync_dir(path)))
+		efail(err, errlen, ret, "%s: saved, but its directory could not be synced: %s",
+		      path, strerror(-ret));
 	goto out;
 werr:
 	efail(err, errlen, ret, "%s: write failed: %s", tmp, strerror(-ret));

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/model_common.h"
@@ -340,6 +341,26 @@ static void test_save_restore(void)
 		rig_open(&r, m, g, NULL, n_ctx, 1);
 		CHECK_EQ(kvt_session_new(r.e, &s), 0);
 		CHECK_EQ(kvt_eval(r.e, s, prompt, 4, NULL, NULL), 0);
+		/* A link planted at the temporary name is neither followed nor
+		 * removed, and the save says why; a stale .tmp of our own (a
+		 * save that died) is replaced. */
+		{
+			char tmp[600], victim[600];
+			struct stat st;
+			FILE *f;
+
+			snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+			snprintf(victim, sizeof(victim), "%s.victim", path);
+			CHECK((f = fopen(victim, "w")) && fputs("keep me", f) >= 0 && !fclose(f));
+			CHECK(!symlink(victim, tmp));
+			CHECK_EQ(kvt_session_save(r.e, s, path, err, sizeof(err)), -EEXIST);
+			CHECK(strstr(err, "not touched"));
+			CHECK(!stat(victim, &st) && st.st_size == 7);
+			CHECK(!lstat(tmp, &st) && S_ISLNK(st.st_mode));
+			printf("link at the temporary name refused: %s\n", err);
+			CHECK(!unlink(tmp) && !unlink(victim));
+			CHECK((f = fopen(tmp, "w")) && fputs("half a session", f) >= 0 && !fclose(f));
+		}
 		CHECK_EQ(kvt_session_save(r.e, s, path, err, sizeof(err)), 0);
 		kvt_session_free(r.e, s);
 		rig_close(&r);
