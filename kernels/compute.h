@@ -55,8 +55,18 @@ struct kvt_mat {
 	uint32_t n_in, n_out;
 };
 
-/* KV element types. */
-enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1 };
+/* KV element types. Q8_0: each token's row of n_kv_heads * head_dim
+ * values in GGML's q8_0 blocks (32 values: an f16 scale d and 32 int8,
+ * 34 bytes), head_dim a multiple of 32, so that a head's values are whole
+ * blocks; 1.0625 bytes a value where f16 takes 2. */
+enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 };
+
+/* Bytes of n values (a multiple of 32 for Q8_0) in KV type t, 0 for a
+ * type not listed. */
+static inline size_t kvt_kv_bytes(int t, size_t n)
+{
+	return t == KVT_KV_F16 ? n * 2 : t == KVT_KV_F32 ? n * 4 : t == KVT_KV_Q8_0 ? n / 32 * 34 : 0;
+}
 
 /* The shape of an attention call. q is (rows, n_head, head_dim) f32,
  * rotated and not yet scaled; K and V are (ntok, n_kv_heads, head_dim) in

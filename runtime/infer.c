@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
 
@@ -62,7 +63,7 @@ struct kvt_engine {
 	unsigned nthreads;
 	unsigned page_tokens;
 	unsigned kv_dim;		/* n_head_kv * head_dim */
-	unsigned kvb;			/* bytes per K or V value */
+	size_t kvrow;			/* bytes of one token's K (or V): kv_dim values */
 	unsigned max_rows;
 	unsigned max_pages;		/* n_ctx / page_tokens + 2: pages of a layer, at most */
 	uint32_t *page_ids;		/* (max_pages): 0, 1, 2, ... */
@@ -83,7 +84,8 @@ struct kvt_engine {
 	float	*q, *att;		/* (rows, n_embd) */
 	float	*k, *v;			/* (rows, kv_dim) */
 	float	*g, *u;			/* (rows, n_ff) */
-	uint16_t *kh, *vh;		/* (rows, kv_dim) f16 copies of k, v */
+	void	*kh, *vh;		/* (rows) K and V rows of k, v in the KV type
+					 * (f16, q8_0; unused for f32) */
 	uint32_t *dpos;			/* (rows) positions; pos itself on cpu */
 	float	*logits;		/* (max_batch, n_vocab) */
 	struct buf { void *p; size_t bytes; } *bufs;	/* what alloc_buf made, to free */
@@ -221,6 +223,8 @@ void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kv
 	cfg->n_kv_heads = m->hp.n_head_kv;
 	cfg->head_dim = m->hp.head_dim;
 	cfg->dtype_bytes = kv_type == KVT_KV_F32 ? 4 : 2;
+	if (kv_type == KVT_KV_Q8_0)	/* a head's row of blocks, as 2-byte units */
+		cfg->head_dim = (uint32_t)kvt_kv_bytes(KVT_KV_Q8_0, m->hp.head_dim) / 2;
 }
 
 static int efail(char *err, size_t errlen, int ret, const char *fmt, ...)
@@ -361,8 +365,11 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 
 	*out = NULL;
 	if (!ep->n_ctx || !ep->chunk || !ep->max_batch ||
-	    (ep->kv_type != KVT_KV_F16 && ep->kv_type != KVT_KV_F32))
-		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, kv type f16 or f32");
+	    (ep->kv_type != KVT_KV_F16 && ep->kv_type != KVT_KV_F32 && ep->kv_type != KVT_KV_Q8_0))
+		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, kv type f16, f32 or q8_0");
+	if (ep->kv_type == KVT_KV_Q8_0 && hp->head_dim % 32)
+		return efail(err, errlen, -EINVAL, "engine: q8_0 KV needs a head size that is a "
+			     "multiple of 32 (this model's is %u)", hp->head_dim);
 	if (!ep->dense && !pager)
 		return efail(err, errlen, -EINVAL, "engine: no pager");
 	if (ep->select_frac < 0 || ep->select_frac > 1)
@@ -375,7 +382,7 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	e->ep = *ep;
 	e->p = ep->dense ? NULL : pager;
 	e->kv_dim = hp->n_head_kv * hp->head_dim;
-	e->kvb = ep->kv_type == KVT_KV_F32 ? 4 : 2;
+	e->kvrow = kvt_kv_bytes(ep->kv_type, e->kv_dim);
 	if (e->p) {
 		struct kvt_config pc, mc;
 
@@ -403,6 +410,11 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	e->async = !!(e->cx.ops->flags & KVT_CX_ASYNC);
 	e->nthreads = e->cx.ops->threads(e->cx.ctx);
 	e->select = ep->select_pages || ep->select_frac > 0;
+	if (ep->kv_type == KVT_KV_Q8_0 && !e->hostmem) {
+		ret = efail(err, errlen, -ENOTSUP, "engine: q8_0 KV runs on the cpu backend only, "
+			    "not on %s (whose attention reads f16 or f32 KV)", e->cx.ops->name);
+		goto fail;
+	}
 	if (e->select && !e->hostmem) {
 		ret = efail(err, errlen, -ENOTSUP, "engine: the page selector runs on the cpu "
 			    "backend only, not on %s", e->cx.ops->name);
@@ -428,8 +440,8 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	    alloc_buf(e, &e->v, R * e->kv_dim * sizeof(float)) ||
 	    alloc_buf(e, &e->g, R * hp->n_ff * sizeof(float)) ||
 	    alloc_buf(e, &e->u, R * hp->n_ff * sizeof(float)) ||
-	    alloc_buf(e, &e->kh, R * e->kv_dim * sizeof(uint16_t)) ||
-	    alloc_buf(e, &e->vh, R * e->kv_dim * sizeof(uint16_t)) ||
+	    alloc_buf(e, &e->kh, R * e->kvrow) ||
+	    alloc_buf(e, &e->vh, R * e->kvrow) ||
 	    alloc_buf(e, &e->logits, (size_t)ep->max_batch * hp->n_vocab * sizeof(float)))
 		goto nomem;
 	if (e->hostmem) {
@@ -566,6 +578,10 @@ static void bounds_add(struct kvt_engine *e, struct kvt_session *s, unsigned lay
 		if (e->ep.kv_type == KVT_KV_F16) {
 			kvt_f16_to_f32(e->krow, (const uint16_t *)k + (size_t)t * e->kv_dim, e->kv_dim);
 			r = e->krow;
+		} else if (e->ep.kv_type == KVT_KV_Q8_0) {
+			kvt_dequant(KVT_W_Q8_0, e->krow, (const uint8_t *)k + t * e->kvrow,
+				    e->kv_dim / 32, kvt_cpu_simd());
+			r = e->krow;
 		} else {
 			r = (const float *)k + (size_t)t * e->kv_dim;
 		}
@@ -641,7 +657,7 @@ static int session_alloc(struct kvt_engine *e, struct kvt_session **out)
 {
 	const struct kvt_hparams *hp = &e->m->hp;
 	struct kvt_session *s = calloc(1, sizeof(*s));
-	size_t row = (size_t)e->kv_dim * e->kvb;
+	size_t row = e->kvrow;
 	unsigned l;
 
 	*out = NULL;
@@ -708,7 +724,7 @@ int kvt_session_fork(struct kvt_engine *e, struct kvt_session *s, unsigned ntok,
 		     struct kvt_session **out)
 {
 	struct kvt_session *c;
-	size_t row = (size_t)e->kv_dim * e->kvb;
+	size_t row = e->kvrow;
 	unsigned l;
 	int ret;
 
@@ -1083,12 +1099,12 @@ static int attend(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 static int store_kv(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 		    unsigned r0, unsigned n, uint32_t pos0)
 {
-	size_t row = (size_t)e->kv_dim * e->kvb;
+	size_t row = e->kvrow;
 	const void *k, *v;
 
-	if (e->ep.kv_type == KVT_KV_F16) {
-		k = e->kh + (size_t)r0 * e->kv_dim;
-		v = e->vh + (size_t)r0 * e->kv_dim;
+	if (e->ep.kv_type != KVT_KV_F32) {
+		k = (const uint8_t *)e->kh + r0 * row;
+		v = (const uint8_t *)e->vh + r0 * row;
 	} else {
 		k = e->k + (size_t)r0 * e->kv_dim;
 		v = e->v + (size_t)r0 * e->kv_dim;
@@ -1155,7 +1171,7 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 	const struct kvt_compute_ops *o = e->cx.ops;
 	void *c = e->cx.ctx;
 	const size_t E = hp->n_embd, KV = e->kv_dim;
-	const int f16 = e->ep.kv_type == KVT_KV_F16;
+	const int conv = e->ep.kv_type != KVT_KV_F32;	/* K, V stored converted */
 	unsigned l, r, i, live = 0;
 	int ret;
 
@@ -1186,8 +1202,8 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 		    (ret = o->rope(c, e->k, R, hp->n_head_kv, hp->head_dim, hp->rope_dim, e->dpos,
 				   e->inv_freq)))
 			return ret;
-		if (f16 && ((ret = o->to_kv(c, e->kh, e->k, R * KV, KVT_KV_F16)) ||
-			    (ret = o->to_kv(c, e->vh, e->v, R * KV, KVT_KV_F16))))
+		if (conv && ((ret = o->to_kv(c, e->kh, e->k, R * KV, e->ep.kv_type)) ||
+			     (ret = o->to_kv(c, e->vh, e->v, R * KV, e->ep.kv_type))))
 			return ret;
 		/* The pager copies K and V from the buffers: they must be done. */
 		if (e->async && (ret = o->sync(c)))
@@ -1341,9 +1357,9 @@ static int fill_kv(struct kvt_engine *e, size_t n)
 	if ((r = o->upload(c, e->k, e->hk, n * sizeof(float))) ||
 	    (r = o->upload(c, e->v, e->hv, n * sizeof(float))))
 		return r;
-	if (e->ep.kv_type == KVT_KV_F16 &&
-	    ((r = o->to_kv(c, e->kh, e->k, n, KVT_KV_F16)) ||
-	     (r = o->to_kv(c, e->vh, e->v, n, KVT_KV_F16))))
+	if (e->ep.kv_type != KVT_KV_F32 &&
+	    ((r = o->to_kv(c, e->kh, e->k, n, e->ep.kv_type)) ||
+	     (r = o->to_kv(c, e->vh, e->v, n, e->ep.kv_type))))
 		return r;
 	return o->sync(c);
 }
@@ -1460,7 +1476,7 @@ static int read_all(int fd, void *p, size_t n, XXH3_state_t *st)
 static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned layer,
 			uint8_t *k, uint8_t *v)
 {
-	size_t row = (size_t)e->kv_dim * e->kvb;
+	size_t row = e->kvrow;
 	struct kvt_batch *b;
 	struct kvt_view vw;
 	int r, err = 0;
@@ -1541,7 +1557,7 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 		     char *err, size_t errlen)
 {
 	const struct kvt_hparams *hp = &e->m->hp;
-	size_t bytes = (size_t)s->len * e->kv_dim * e->kvb;
+	size_t bytes = (size_t)s->len * e->kvrow;
 	struct sess_hdr h = {
 		.magic = SESS_MAGIC, .version = SESS_VERSION, .kv_type = (uint32_t)e->ep.kv_type,
 		.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
@@ -1681,7 +1697,7 @@ int kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_sessi
 		efail(err, errlen, ret, "%s: cannot open a session: %s", path, strerror(-ret));
 		goto out;
 	}
-	bytes = (size_t)h.len * e->kv_dim * e->kvb;
+	bytes = (size_t)h.len * e->kvrow;
 	if (!(k = malloc(bytes ? bytes : 1)) || !(v = malloc(bytes ? bytes : 1))) {
 		ret = efail(err, errlen, -ENOMEM, "%s: out of memory", path);
 		goto out;

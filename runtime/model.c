@@ -511,7 +511,8 @@ void kvt_model_free(struct kvt_model *m)
 	free(m);
 }
 
-uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, unsigned kv_bytes)
+uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, int kv_type)
 {
-	return (uint64_t)m->hp.n_layer * 2 * m->hp.n_head_kv * m->hp.head_dim * kv_bytes;
+	return (uint64_t)m->hp.n_layer * 2 *
+	       kvt_kv_bytes(kv_type, (size_t)m->hp.n_head_kv * m->hp.head_dim);
 }

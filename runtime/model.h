@@ -71,6 +71,8 @@ int  kvt_model_load(const char *path, struct kvt_model **out, char *err, size_t 
 void kvt_model_free(struct kvt_model *m);
 
 /* Bytes of K and V for one token over all layers, at kv_bytes per value. */
-uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, unsigned kv_bytes);
+/* KV bytes a token takes over all layers, K and V, in KV type kv_type
+ * (enum kvt_kv_type). */
+uint64_t kvt_model_kv_bytes_per_token(const struct kvt_model *m, int kv_type);
 
 #endif

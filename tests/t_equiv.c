@@ -123,6 +123,11 @@ static const struct geo geos[] = {
 	{ "gqa-q4_0w-f32kv", { .layers = 2, .dim = 128, .heads = 4, .kv_heads = 2, .ctx = 4096,
 			       .vocab = 300, .seed = 16, .type = KVT_GGML_Q4_0 },
 	  KVT_KV_F32, 16, 16, 120, 8 },
+	/* q8_0 KV: 136-byte head rows, so pages of 64 tokens are whole 4 KiB
+	 * blocks. */
+	{ "mha-q8w-q8kv", { .layers = 2, .dim = 512, .heads = 4, .kv_heads = 4, .ctx = 4096,
+			    .vocab = 300, .seed = 18, .type = KVT_GGML_Q8_0 },
+	  KVT_KV_Q8_0, 64, 48, 300, 8 },
 };
 
 static const struct tiers tier_sets[] = {

@@ -582,6 +582,18 @@ static void test_matmul(struct kvt_pool **pools, unsigned n_pools)
 
 /* ---- attention ---- */
 
+/* Value idx of a KV array: f16, f32, or q8_0 blocks of 32 (an f16 scale
+ * d, then 32 int8; the value is d q). */
+static double ref_kv(const void *p, int type, size_t idx)
+{
+	if (type == KVT_KV_Q8_0) {
+		const uint8_t *b = (const uint8_t *)p + idx / 32 * 34;
+
+		return half_value((uint16_t)(b[0] | b[1] << 8)) * (int8_t)b[2 + idx % 32];
+	}
+	return type == KVT_KV_F16 ? half_value(((const uint16_t *)p)[idx]) : ((const float *)p)[idx];
+}
+
 /* Plain softmax attention in double over the contiguous KV, written
  * independently of kvt_attn_dense. */
 static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *q,
@@ -600,8 +612,7 @@ static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *
 				double d = 0;
 				for (unsigned i = 0; i < hd; i++) {
 					size_t idx = ((size_t)t * sh->n_kv_heads + h / G) * hd + i;
-					double kv = sh->kv_type == KVT_KV_F16 ?
-						    half_value(((const uint16_t *)k)[idx]) : ((const float *)k)[idx];
+					double kv = ref_kv(k, sh->kv_type, idx);
 					d += qv[i] * kv;
 				}
 				s[t] = d * sh->scale;
@@ -614,8 +625,7 @@ static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *
 				sum += p;
 				for (unsigned i = 0; i < hd; i++) {
 					size_t idx = ((size_t)t * sh->n_kv_heads + h / G) * hd + i;
-					double vv = sh->kv_type == KVT_KV_F16 ?
-						    half_value(((const uint16_t *)v)[idx]) : ((const float *)v)[idx];
+					double vv = ref_kv(v, sh->kv_type, idx);
 					o[i] += p * vv;
 				}
 			}
@@ -656,7 +666,7 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 {
 	struct kvt_attn_acc *acc = accs->a;
 	struct kvt_attn_shape sh = { rows, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
-	size_t esz = kv_type == KVT_KV_F16 ? 2 : 4, tok = (size_t)n_kv * hd * esz;
+	size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 	uint8_t *k = xmalloc(n_ctx * tok), *v = xmalloc(n_ctx * tok);
 	float *q = xmalloc((size_t)rows * n_head * hd * 4);
 	float *out = xmalloc((size_t)rows * n_head * hd * 4);
@@ -667,7 +677,17 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	unsigned n_acc = 1 + rndn(3), page = 1 + rndn(64);
 	float qscale = rnd32() & 1 ? 1.0f : 4.0f;	/* flat or peaked softmax */
 
-	for (size_t i = 0; i < (size_t)n_ctx * n_kv * hd; i++) {
+	for (size_t i = 0; kv_type == KVT_KV_Q8_0 && i < n_ctx; i++) {
+		float row[1024];
+
+		for (unsigned j = 0; j < n_kv * hd; j++)
+			row[j] = rndf();
+		kvt_q8_0_from_f32(k + i * tok, row, n_kv * hd);
+		for (unsigned j = 0; j < n_kv * hd; j++)
+			row[j] = rndf();
+		kvt_q8_0_from_f32(v + i * tok, row, n_kv * hd);
+	}
+	for (size_t i = 0; kv_type != KVT_KV_Q8_0 && i < (size_t)n_ctx * n_kv * hd; i++) {
 		if (kv_type == KVT_KV_F16) {
 			((uint16_t *)k)[i] = ref_f2h(rndf());
 			((uint16_t *)v)[i] = ref_f2h(rndf());
@@ -739,7 +759,8 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	if (!(e1 <= 1e-5 && e2 <= 1e-5)) {
 		fprintf(stderr, "attention %s n_head %u n_kv %u hd %u rows %u n_ctx %u pages %u "
 			"(%s) accumulators %u: error paged %g dense %g\n",
-			kv_type == KVT_KV_F16 ? "f16" : "f32", n_head, n_kv, hd, rows, n_ctx, n_pages,
+			kv_type == KVT_KV_F16 ? "f16" : kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
+			n_head, n_kv, hd, rows, n_ctx, n_pages,
 			variable_pages ? "random sizes" : "fixed", n_acc, e1, e2);
 		exit(1);
 	}
@@ -757,7 +778,7 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 
 static void test_attention(void)
 {
-	struct accs accs[2];	/* one set per KV type: reused */
+	struct accs accs[3];	/* one set per KV type: reused */
 	const unsigned heads[][2] = { { 8, 2 }, { 4, 4 }, { 6, 1 } };
 	/* 64 and 128 as in the models; 80 leaves 16 past the AVX-512
 	 * kernels' 32-wide steps, 20 is no multiple of 16 (AVX2 kernels,
@@ -780,7 +801,18 @@ static void test_attention(void)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, n_ctx, &accs[kv_type],
 					      c % 3 == 0));
 	}
-	fprintf(stderr, "attention: %u cases ok, worst error %.2e of max |ref|\n", cases, worst);
+	/* q8_0 KV (always dequantized a head at a time): head sizes of
+	 * whole blocks. */
+	for (unsigned c = 0; c < t_scale(24); c++) {
+		unsigned rows = c & 1 ? 1 : 2 + rndn(14), hd = c & 2 ? 128 : 64;
+		const unsigned *h = heads[c % 3];
+
+		worst = fmax(worst, attn_case(KVT_KV_Q8_0, h[0], h[1], hd, rows, 1 + rndn(300),
+					      &accs[KVT_KV_Q8_0], c % 3 == 0));
+		cases++;
+	}
+	fprintf(stderr, "attention: %u cases ok (f16, f32, q8_0 KV), worst error %.2e of max |ref|\n",
+		cases, worst);
 
 	/* A row that sees nothing at all: the page lies after it. m stays
 	 * -inf, l 0, the output zeros, and merging it changes nothing. */
@@ -817,6 +849,7 @@ static void test_attention(void)
 	for (unsigned a = 0; a < 3; a++) {
 		kvt_attn_acc_free(&accs[0].a[a]);
 		kvt_attn_acc_free(&accs[1].a[a]);
+		kvt_attn_acc_free(&accs[2].a[a]);
 	}
 }
 
@@ -867,7 +900,7 @@ static double best_of(int reps, struct kvt_pool *p, float *y, const float *x, un
 	return best;
 }
 
-/* Decode attention, one thread, one row, f16 and f32 KV: 32 heads over 8
+/* Decode attention, one thread, one row, f16, f32 and q8_0 KV: 32 heads over 8
  * KV heads of 128 with 64-token pages (GQA, four queries a KV head), and
  * 8 heads of 64 with 16-token pages (MHA, one query a KV head). */
 static void bench_attn(void)
@@ -885,10 +918,10 @@ static void bench_attn(void)
 
 		fprintf(stderr, "speed: attention decode, 1 thread, %u tokens, %u heads over %u of "
 			"%u, %u-token pages:", ctx, n_head, n_kv, hd, page);
-		for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_F32; kv_type++) {
+		for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_Q8_0; kv_type++) {
 			struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd),
 						     kv_type };
-			size_t tok = (size_t)n_kv * hd * (kv_type == KVT_KV_F16 ? 2 : 4);
+			size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 			uint8_t *k = xmalloc(ctx * tok), *v = xmalloc(ctx * tok);
 			struct kvt_attn_acc a;
 			double best = 1e9;
@@ -896,7 +929,20 @@ static void bench_attn(void)
 			for (size_t i = 0; i < (size_t)ctx * n_kv * hd; i++) {
 				float fk = rndf(), fv = rndf();
 
-				if (kv_type == KVT_KV_F16) {
+				if (kv_type == KVT_KV_Q8_0) {
+					if (i % 32 == 0) {	/* a block of random values */
+						float bk[32], bv[32];
+
+						bk[0] = fk;
+						bv[0] = fv;
+						for (int j = 1; j < 32; j++) {
+							bk[j] = rndf();
+							bv[j] = rndf();
+						}
+						kvt_q8_0_from_f32(k + i / 32 * 34, bk, 32);
+						kvt_q8_0_from_f32(v + i / 32 * 34, bv, 32);
+					}
+				} else if (kv_type == KVT_KV_F16) {
 					kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);
 					kvt_f32_to_f16((uint16_t *)v + i, &fv, 1);
 				} else {
@@ -915,7 +961,8 @@ static void bench_attn(void)
 				best = fmin(best, now() - t0);
 			}
 			fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)",
-				kv_type == KVT_KV_F16 ? "f16" : "f32", best * 1e3,
+				kv_type == KVT_KV_F16 ? "f16" : kv_type == KVT_KV_F32 ? "f32" : "q8_0",
+				best * 1e3,
 				2.0 * ctx * tok / best / 1e9);
 			kvt_attn_acc_free(&a);
 			free(k);

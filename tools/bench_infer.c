@@ -454,7 +454,7 @@ static void describe_model(const struct iopts *o, const struct kvt_model *m, uns
 	printf("model: %s, %u layers, dim %u, %u heads (%u KV, head dim %u), ff %u, vocab %u, "
 	       "%s weights %.0f MiB; KV f16 %.1f KiB/token; %u threads\n", m->name, hp->n_layer,
 	       hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab, m->type,
-	       mib(m->weight_bytes), (double)kvt_model_kv_bytes_per_token(m, 2) / 1024, nthreads);
+	       mib(m->weight_bytes), (double)kvt_model_kv_bytes_per_token(m, KVT_KV_F16) / 1024, nthreads);
 }
 
 static unsigned engine_threads(const struct iopts *o)
@@ -813,7 +813,7 @@ int bench_decode(int argc, char **argv)
 		unsigned n_ctx = (unsigned)round_up((uint64_t)ctx + o.warmup + o.steps + 16,
 						    cfg.page_tokens);
 		uint64_t total = session_pages(m, &cfg, n_ctx);
-		uint64_t kv = (uint64_t)ctx * kvt_model_kv_bytes_per_token(m, 2);
+		uint64_t kv = (uint64_t)ctx * kvt_model_kv_bytes_per_token(m, KVT_KV_F16);
 		uint64_t fast[3] = { resident_frames(&cfg, total + layers), total / 4 + layers,
 				     total / 10 + layers };
 		uint64_t host[3] = { 16, total / 4, staging_pages(&cfg, total) };
@@ -969,7 +969,7 @@ int bench_resume(int argc, char **argv)
 	unsigned n_ctx = (unsigned)round_up((uint64_t)ctx + o.repeat + 16, cfg.page_tokens);
 	uint64_t layers = m->hp.n_layer, total = session_pages(m, &cfg, n_ctx);
 	uint64_t pb = kvt_config_page_bytes(&cfg);
-	uint64_t kv = (uint64_t)ctx * kvt_model_kv_bytes_per_token(m, 2);
+	uint64_t kv = (uint64_t)ctx * kvt_model_kv_bytes_per_token(m, KVT_KV_F16);
 	/* Fast and host together hold a fifth of it: most of it must come
 	 * back from NVMe. */
 	uint64_t fast = total / 10 + layers, host = total / 10, nvme = total + total / 4;
@@ -1370,7 +1370,7 @@ int bench_prefill(int argc, char **argv)
 	double bw = (double)(sw.bytes / sw.tasks / 64 * 64 * sw.tasks) / bench_median(t_bw, (int)o.steps);
 	double dstep = bench_median(t_step, (int)o.steps);
 	uint64_t wb = weight_bytes_per_token(m);
-	uint64_t kvb = (uint64_t)(ctx + o.warmup + o.steps / 2) * kvt_model_kv_bytes_per_token(m, 2);
+	uint64_t kvb = (uint64_t)(ctx + o.warmup + o.steps / 2) * kvt_model_kv_bytes_per_token(m, KVT_KV_F16);
 	double bound = (double)(wb + kvb) / bw;
 	unsigned bw_threads = kvt_pool_threads(pool);
 

@@ -442,6 +442,22 @@ static void row_to_f32(float *dst, uint32_t type, const void *row, size_t i0, si
 		dq(dst + k * t->blk, b);
 }
 
+void kvt_q8_0_from_f32(uint8_t *dst, const float *src, size_t n)
+{
+	for (size_t b = 0; b < n / 32; b++, src += 32, dst += 34) {
+		float amax = 0;
+
+		for (int i = 0; i < 32; i++)
+			amax = fmaxf(amax, fabsf(src[i]));
+		const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+		uint16_t dh = f2h(d);
+
+		memcpy(dst, &dh, 2);
+		for (int i = 0; i < 32; i++)
+			dst[2 + i] = (uint8_t)(int8_t)roundf(src[i] * id);
+	}
+}
+
 void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id)
 {
 	size_t rb = row_bytes(w->type, w->n_in);
@@ -1426,7 +1442,8 @@ static int shape_ok(const struct kvt_attn_shape *sh)
 {
 	return sh->rows && sh->n_head && sh->n_kv_heads && sh->head_dim &&
 	       sh->n_head % sh->n_kv_heads == 0 &&
-	       (sh->kv_type == KVT_KV_F16 || sh->kv_type == KVT_KV_F32);
+	       (sh->kv_type == KVT_KV_F16 || sh->kv_type == KVT_KV_F32 ||
+		(sh->kv_type == KVT_KV_Q8_0 && sh->head_dim % 32 == 0));
 }
 
 int kvt_attn_acc_init(struct kvt_attn_acc *a, const struct kvt_attn_shape *sh)
@@ -2418,8 +2435,8 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 			.scores = { scores1_avx2, scores2_avx2, NULL, scores4_avx2 },
 			.pv = { pv1_avx2, pv2_avx2, NULL, pv4_avx2 }, .simd = kn.simd };
 	}
-	if (kn.simd && nq <= 4)
-		gather = 0;
+	if (kn.simd && nq <= 4 && sh->kv_type != KVT_KV_Q8_0)
+		gather = 0;	/* q8_0 is always dequantized, a head at a time */
 #endif
 	for (unsigned r = 0; r < sh->rows; r++) {
 		unsigned nv = visible(qpos[r], pos0, ntok);
@@ -2466,7 +2483,14 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 			for (unsigned t = 0; t < nmax; t++) {
 				size_t src = t * kvst + g * hd, dst = (size_t)t * hd;
 
-				if (sh->kv_type == KVT_KV_F16) {
+				if (sh->kv_type == KVT_KV_Q8_0) {
+					size_t b = kvt_kv_bytes(KVT_KV_Q8_0, src);
+
+					kvt_dequant(KVT_W_Q8_0, kf + dst, (const uint8_t *)k + b, hd / 32,
+						    kn.simd);
+					kvt_dequant(KVT_W_Q8_0, vf + dst, (const uint8_t *)v + b, hd / 32,
+						    kn.simd);
+				} else if (sh->kv_type == KVT_KV_F16) {
 					kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
 					kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
 				} else {
@@ -2679,8 +2703,16 @@ void kvt_attn_key_bound(const struct kvt_attn_shape *sh, const float *q, const f
 	}
 }
 
+/* Value i of a KV row run; q8_0 as llama.cpp dequantizes it (q * d). */
 static inline float kv_val(const void *p, int type, size_t i)
 {
+	if (type == KVT_KV_Q8_0) {
+		const uint8_t *b = (const uint8_t *)p + i / 32 * 34;
+		uint16_t d;
+
+		memcpy(&d, b, 2);
+		return (int8_t)b[2 + i % 32] * h2f(d);
+	}
 	return type == KVT_KV_F16 ? h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
