@@ -82,7 +82,8 @@ static void usage(FILE *f)
 		"      --policy [TIER=]NAME  eviction policy of one tier, or of all\n"
 		"      --prefetch N      layers prefetched ahead of attention\n"
 		"      --page-tokens N   tokens per page (16)\n"
-		"      --kv-type T       f16 or f32 (f16)\n"
+		"      --kv-type T       f16, f32 or q8_0 (f16; q8_0: GGML's 8-bit blocks,\n"
+		"                        17/32 of f16's bytes, cpu backend only)\n"
 		"      --dense           reference path: KV in plain memory, no pager\n"
 		"      --select SPEC     pages each decode step attends to: full (all, the default),\n"
 		"                        or quest:pages=K | quest:frac=F [,sink=N] (the first N\n"
@@ -362,6 +363,13 @@ static void plan_tiers(struct opts *o, const struct kvt_model *m, unsigned n_pro
 	for (t = 0; t < KVT_NTIERS; t++) {
 		uint64_t want = t == KVT_TIER_NVME ? need + spare : left + tails;
 
+		/* The tier batches read from keeps up to an eighth of its frames
+		 * (and at least 8) for pages on their way in, out of its
+		 * policy's share: room for them too, or a KV that should fit
+		 * all in the fast tier spills. */
+		if (t != KVT_TIER_NVME && left)
+			want += want / 7 + 8;
+
 		if (!o->tier_set[t] && c->tier[t].bytes / pb > want)
 			c->tier[t].bytes = want * pb;
 		frames[t] = c->tier[t].bytes / pb;
@@ -513,7 +521,7 @@ int main(int argc, char **argv)
 	struct kvt_sampler *smp[MAX_BATCH] = { 0 };
 	struct out_seq out[MAX_BATCH];
 	int32_t *prompt = NULL;
-	unsigned n_prompt = 0, i, step, n_steps = 0;
+	unsigned n_prompt = 0, i, step, n_steps = 0, n_fed = 0;	/* n_fed: tokens the decode steps ran */
 	double t_load, t_prefill = 0, t_decode = 0, t0;
 	FILE *dump = NULL;
 	char err[1024], hb[4][32], kernels[160];
@@ -578,8 +586,11 @@ int main(int argc, char **argv)
 				o.ep.kv_type = KVT_KV_F16;
 			else if (!strcmp(optarg, "f32"))
 				o.ep.kv_type = KVT_KV_F32;
+			else if (!strcmp(optarg, "q8_0"))
+				o.ep.kv_type = KVT_KV_Q8_0;
 			else {
-				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16 or f32\n", prog, optarg);
+				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16, f32 or q8_0\n", prog,
+					optarg);
 				return 2;
 			}
 			break;
@@ -762,8 +773,9 @@ int main(int argc, char **argv)
 			"context %u, KV %s %s/sequence; fast %s, host %s, nvme %s; "
 			"policy %s/%s/%s, prefetch %u%s\n",
 			prog, m->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
-			m->type, m->hp.n_vocab, o.n_ctx, o.ep.kv_type == KVT_KV_F16 ? "f16" : "f32",
-			human(kvt_model_kv_bytes_per_token(m, o.ep.kv_type == KVT_KV_F16 ? 2 : 4) * o.n_ctx,
+			m->type, m->hp.n_vocab, o.n_ctx, o.ep.kv_type == KVT_KV_F16 ? "f16" :
+			o.ep.kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
+			human(kvt_model_kv_bytes_per_token(m, o.ep.kv_type) * o.n_ctx,
 			      hb[0], sizeof(hb[0])),
 			human(o.cfg.tier[0].bytes, hb[1], sizeof(hb[1])),
 			human(o.cfg.tier[1].bytes, hb[2], sizeof(hb[2])),
@@ -857,6 +869,7 @@ int main(int argc, char **argv)
 		if (r < 0)
 			die("decode failed: %s", strerror(-r));
 		n_steps++;
+		n_fed += nrun;
 		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
 		/* Text streaming to a terminal is its own progress; otherwise a bar. */
 		if (o.batch > 1 || o.json || !isatty(1))
@@ -902,7 +915,7 @@ int main(int argc, char **argv)
 			       "\"sequences\":[",
 			       o.n_ctx, n_prompt, o.batch, t_load, n_prompt, t_prefill,
 			       t_prefill > 0 ? n_prompt / t_prefill : 0.0, gen, n_steps, t_decode,
-			       t_decode > 0 ? gen / t_decode : 0.0);
+			       t_decode > 0 ? n_fed / t_decode : 0.0);
 			for (i = 0; i < o.batch; i++) {
 				printf("%s{\"error\":", i ? "," : "");
 				if (out[i].err)
@@ -936,7 +949,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "\nload %.2f s; prefill %u tokens in %.2f s (%.1f tokens/s); "
 				"decode %u tokens in %.2f s (%.2f tokens/s, %u sequence(s))\n",
 				t_load, n_prompt, t_prefill, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
-				gen, t_decode, t_decode > 0 ? gen / t_decode : 0.0, o.batch);
+				gen, t_decode, t_decode > 0 ? n_fed / t_decode : 0.0, o.batch);
 			if (pg) {
 				fputc('\n', stderr);
 				cli_print_tiers(stderr, &st);
