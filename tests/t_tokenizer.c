@@ -612,10 +612,16 @@ static void c_gpt2_llama3(int arg)
 	EXPECT(t, "1212", 0, 262, '1', '2');
 	kvt_tokenizer_free(t);
 
-	/* Another pre-tokenizer is refused, naming the key and the value. */
+	/* Qwen2's: Llama 3's with digits one at a time. */
 	o.pre = "qwen2";
+	t = g_load(&o);
+	EXPECT(t, "1212", 0, '1', '2', '1', '2');
+	kvt_tokenizer_free(t);
+
+	/* Another pre-tokenizer is refused, naming the key and the value. */
+	o.pre = "falcon";
 	CHECK_EQ(load_w(g_writer(&o), NULL, &t, err, sizeof(err)), -EINVAL);
-	CHECK(strstr(err, "tokenizer.ggml.pre") && strstr(err, "qwen2"));
+	CHECK(strstr(err, "tokenizer.ggml.pre") && strstr(err, "falcon"));
 	CHECK(!t);
 	o.pre = NULL;
 	w = g_writer(&o);
