@@ -42,6 +42,8 @@ struct entry {
 	int8_t	 tier;
 	int8_t	 err;		/* -errno to report instead of a view */
 	uint8_t	 pinned;
+	uint8_t	 held;		/* missing and not asked for yet (ask()) */
+	uint8_t	 asked;		/* asked for, not handed out yet: one of lead */
 };
 
 struct kvt_batch {
@@ -54,6 +56,11 @@ struct kvt_batch {
 	uint32_t done;		/* held batches: ready[] before this are no longer read */
 	uint8_t	 hold;		/* kvt_batch_hold: unpin only what kvt_batch_done gave back */
 	uint32_t npend;
+	uint32_t nheld;		/* entries held */
+	uint32_t ask;		/* no entry before e[ask] is held */
+	uint32_t lead;		/* entries asked for and not handed out yet */
+	uint32_t win;		/* asked for at most */
+	uint32_t low;		/* ask for more when lead is down to this */
 	int	 target;
 	uint64_t handed, in_place;
 	struct entry *e;	/* [n] */
@@ -433,7 +440,8 @@ static void unpin(struct kvt_pager *p, uint32_t s)
  * half: so pages on their way in never take more of the tier than the
  * frames its policy does not get, and a demand is not held up behind a
  * stream of prefetches. A page counts from the moment it is picked until
- * it lands (or fails). */
+ * it lands (or fails); a prefetched page, until it is read (p->pf_landed).
+ * What batches ask for is held to the stage by ask(), landed or not. */
 static void stage_in(struct kvt_pager *p, struct page *pg, int prefetch)
 {
 	pg->flags |= PF_STAGED | (prefetch ? PF_STAGEPF : 0);
@@ -1167,8 +1175,9 @@ static uint32_t land_every(uint32_t every, uint32_t m)
 }
 
 /* Take up to max pages off the prefetch queue (lock held), leaving out
- * pages freed since and pages a batch has asked for meanwhile (the demand
- * queue has them). Returns how many are in req. */
+ * pages freed since and pages a batch waits for meanwhile: the demand
+ * queue has them, or will when the batch asks for them (ask()). Returns
+ * how many are in req. */
 static uint32_t pop_prefetch(struct kvt_pager *p, struct pref *req, uint32_t max)
 {
 	uint32_t got = pq_pop(&p->prefetch, req, max), n = 0;
@@ -1178,7 +1187,7 @@ static uint32_t pop_prefetch(struct kvt_pager *p, struct pref *req, uint32_t max
 		if (pg->gen != req[i].gen)
 			continue;
 		pg->flags &= ~PF_QPREF;
-		if (!(pg->flags & PF_QDEMAND))
+		if (!(pg->flags & PF_QDEMAND) && !pg->want)
 			req[n++] = req[i];
 	}
 	return n;
@@ -2233,6 +2242,50 @@ static void count_lookup(struct kvt_pager *p, const struct page *pg)
 	}
 }
 
+/* Ask for more of the batch's missing pages (lock held); returns whether
+ * a demand was queued. Not all at once: a page asked for takes a frame in
+ * the tier batches read, from the moment it is picked until its reader has
+ * it, and landed, it waits there for a reader that may not be running (a
+ * busy machine). Asked for all at once, a reader the scheduler left
+ * behind had the rest of its layer brought up ahead of it, the frames
+ * taken from pages due later in the step, each read again when its turn
+ * came (t_scan_min copying up, two busy loops on its two cores: 1.1 to
+ * 1.4 times the least a step must read; 1.2 to 1.4 every time with readers
+ * that let the pager run ahead). So a sequence's open batches have no more
+ * asked for and not handed out, together, than the stage (the frames the
+ * tier keeps for pages on their way), and ask for more in runs of what one
+ * read carries (p->extent pages), or of the whole window where that is
+ * less, so that the reads still coalesce. Prefetch leaves the pages a
+ * batch waits for to it (pop_prefetch()). */
+static int ask(struct kvt_pager *p, struct kvt_batch *b)
+{
+	uint32_t batches = p->seqs[b->seq]->batches, st = p->stage[p->target];
+	int queued = 0;
+
+	b->win = st / (batches ? batches : 1);
+	if (!b->win)
+		b->win = 1;
+	b->low = b->win - (p->extent < b->win ? p->extent : b->win);
+	if (b->lead > b->low)
+		return 0;
+	for (; b->nheld && b->lead < b->win; b->ask++) {
+		struct entry *e = &b->e[b->ask];
+		struct page *pg = &p->pages[e->slot];
+
+		if (!e->held)
+			continue;
+		e->held = 0;
+		e->asked = 1;
+		b->nheld--;
+		b->lead++;
+		if (pg->state == P_READY) {
+			queue_demand(p, e->slot);
+			queued = 1;
+		}
+	}
+	return queued;
+}
+
 static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint32_t *pages,
 		   unsigned n, int target, int ahead, struct kvt_batch **out)
 {
@@ -2287,13 +2340,14 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 		}
 		if (target == KVT_TIER_FAST && p->target != KVT_TIER_FAST)
 			pg->flags |= PF_UPFAST;
-		if (pg->state == P_READY) {
-			queue_demand(p, slot);
-			queued = 2;
-		}
 		pg->want++;
+		e->held = 1;
+		b->nheld++;
 		b->pend[b->npend++] = i;
 	}
+	s->batches++;
+	if (ask(p, b))
+		queued = 2;
 	/* Layer-ahead prefetch: the same pages of the next layers, past the
 	 * last layer those of the first (the next step's). No more layers
 	 * than the tier batches read from holds: deeper, the prefetched pages
@@ -2319,7 +2373,6 @@ static int acquire(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint3
 		wake_migrate(p);
 	else if (queued)
 		pthread_cond_signal(&p->work);
-	s->batches++;
 	*out = b;
 out:
 	pthread_mutex_unlock(&p->lock);
@@ -2343,16 +2396,24 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 		struct entry *e = &b->e[i];
 		struct page *pg = &p->pages[e->slot];
 		if (try_pin(p, e, b->target)) {
+			b->nheld -= e->held;
+			e->held = 0;
 			pg->want--;
 			b->ready[b->nready++] = i;
 			moved++;
 			continue;
 		}
 		if (pg->state == P_LOST) {
+			b->nheld -= e->held;
+			e->held = 0;
 			pg->want--;
 			e->err = -EIO;
 			b->ready[b->nready++] = i;
 			moved++;
+			continue;
+		}
+		if (e->held) {
+			b->pend[k++] = i;	/* not asked for yet */
 			continue;
 		}
 		if (pg->state == P_READY && pg->err && !(pg->flags & PF_QDEMAND) && give_up) {
@@ -2421,12 +2482,16 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		return -EINVAL;
 	p = b->p;
 	uint32_t nc = consumed(b) - b->unpinned;
-	if (nc && b->rpos < b->nready && (nc >= 32 || b->npend)) {
+	int more = b->nheld && b->lead <= b->low;
+	if (b->rpos < b->nready && ((nc && (nc >= 32 || b->npend)) || more)) {
 		/* Hand consumed pages back now and then, so a large batch does
 		 * not hold the tier for its whole run; at once while pages are
-		 * still on their way: they come through the frames these hold. */
+		 * still on their way: they come through the frames these hold.
+		 * Ask for more once a run's worth of those asked for are out. */
 		pthread_mutex_lock(&p->lock);
 		unpin_consumed(p, b);
+		if (more && ask(p, b))
+			wake_migrate(p);
 		pthread_mutex_unlock(&p->lock);
 	}
 	if (b->rpos == b->nready) {
@@ -2436,6 +2501,8 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		int give_up = 0, tick = 0;
 		pthread_mutex_lock(&p->lock);
 		unpin_consumed(p, b);
+		if (ask(p, b))
+			wake_migrate(p);
 		ev = p->events;
 		while (!collect(p, b, give_up, tick)) {
 			struct timespec ts;
@@ -2462,6 +2529,8 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		pthread_mutex_unlock(&p->lock);
 	}
 	struct entry *e = &b->e[b->ready[b->rpos++]];
+	b->lead -= e->asked;
+	e->asked = 0;
 	view->page = e->index;
 	view->id = (uint64_t)e->gen << 32 | e->slot;
 	if (e->err) {
@@ -2494,6 +2563,8 @@ KVT_API void kvt_batch_done(struct kvt_batch *b)
 	b->done = b->rpos;
 	pthread_mutex_lock(&b->p->lock);
 	unpin_consumed(b->p, b);
+	if (ask(b->p, b))
+		wake_migrate(b->p);
 	pthread_mutex_unlock(&b->p->lock);
 }
 

@@ -12,20 +12,40 @@
  * fast and host, less the frames kept for pages on their way, cannot
  * hold), for every context size tried; pages read are checked bit for
  * bit on the first step. The same scan with LRU in every tier reads far
- * more (so the check is one that can fail).
+ * more (so the check is one that can fail). So does a reader that falls
+ * behind, as on a busy machine, unless the pager holds what it brings up
+ * ahead of its readers to the stage: each reader here lets the pager run
+ * as far ahead as it will before it reads its batch, and the step still
+ * reads at most 1.10 times the least.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "common.h"
+#include "pager/internal.h"
 
 struct part {
 	struct kvt_pager *p;
 	kvt_seq_t s;
 	unsigned layer, lo, hi;
 	const struct kvt_config *cfg;
-	int check;
+	int check, behind;
 };
+
+/* A reader the scheduler does not run for a while: after its acquire it
+ * lets the pager bring up whatever it will (until nothing is moving or
+ * queued), then reads. A machine busy with other work does this to the
+ * readers now and then, at random; here every batch is left behind. */
+static void fall_behind(struct kvt_pager *p)
+{
+	for (unsigned quiet = 0, i = 0; quiet < 2 && i < 1000; i++) {
+		usleep(200);
+		pthread_mutex_lock(&p->lock);
+		quiet = p->moving || p->demand.n || p->prefetch.n ? 0 : quiet + 1;
+		pthread_mutex_unlock(&p->lock);
+	}
+}
 
 static void *read_part(void *arg)
 {
@@ -40,6 +60,8 @@ static void *read_part(void *arg)
 	for (unsigned i = h->lo; i < h->hi; i++)
 		idx[i - h->lo] = i;
 	CHECK_EQ(kvt_acquire(h->p, h->s, h->layer, idx, h->hi - h->lo, &b), 0);
+	if (h->behind)
+		fall_behind(h->p);
 	while ((r = kvt_batch_next(b, &v)) == 1) {
 		if (h->check)
 			CHECK(t_check_view(h->cfg, 1, h->layer, &v) == 0);
@@ -54,7 +76,7 @@ static void *read_part(void *arg)
 
 /* One step: every layer, split over `threads` readers. */
 static void scan(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg, unsigned per,
-		 unsigned threads, int check)
+		 unsigned threads, int check, int behind)
 {
 	for (unsigned l = 0; l < cfg->n_layers; l++) {
 		pthread_t th[2];
@@ -62,7 +84,7 @@ static void scan(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
 
 		for (unsigned t = 0; t < threads; t++) {
 			pt[t] = (struct part){ p, s, l, per * t / threads, per * (t + 1) / threads, cfg,
-					       check };
+					       check, behind };
 			CHECK_EQ(pthread_create(&th[t], NULL, read_part, &pt[t]), 0);
 		}
 		for (unsigned t = 0; t < threads; t++)
@@ -72,9 +94,9 @@ static void scan(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
 }
 
 /* NVMe pages read a step over the least, after two steps; policy NULL:
- * the default. */
+ * the default; behind: every reader falls behind (fall_behind()). */
 static double ratio(unsigned layers, unsigned per, unsigned threads, const char *policy,
-		    int in_place)
+		    int in_place, int behind)
 {
 	unsigned total = layers * per, steps = 8;
 	struct kvt_config cfg;
@@ -90,11 +112,11 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 	struct kvt_pager *p = t_open(&cfg, &dev);
 	CHECK_EQ(kvt_seq_open(p, &s), 0);
 	t_append(p, s, &cfg, 1, 0, per * cfg.page_tokens);
-	scan(p, s, &cfg, per, threads, 1);
-	scan(p, s, &cfg, per, threads, 0);
+	scan(p, s, &cfg, per, threads, 1, behind);
+	scan(p, s, &cfg, per, threads, 0, behind);
 	CHECK_EQ(kvt_pager_stats(p, &a), 0);
 	for (unsigned i = 0; i < steps; i++)
-		scan(p, s, &cfg, per, threads, 0);
+		scan(p, s, &cfg, per, threads, 0, behind);
 	CHECK_EQ(kvt_pager_stats(p, &b), 0);
 	uint64_t pb = kvt_pager_page_bytes(p);
 	uint64_t rd = (b.tier[KVT_TIER_NVME].bytes_out - a.tier[KVT_TIER_NVME].bytes_out) / pb;
@@ -103,10 +125,10 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 	 * that, and the stage takes a little more. */
 	CHECK(mn >= (uint64_t)steps * total / 2);
 	CHECK_EQ(b.read_steps - a.read_steps, steps);
-	printf("%u layers x %u pages, %u reader%s, %s, %s: %.1f pages a step from NVMe, the "
+	printf("%u layers x %u pages, %u reader%s%s, %s, %s: %.1f pages a step from NVMe, the "
 	       "least %.1f: %.3f; prefetch hit %llu, late %llu, wasted %llu, dropped %llu\n", layers,
-	       per, threads, threads > 1 ? "s" : "", policy ? policy : "default policy",
-	       in_place ? "host read in place" : "pages copied up",
+	       per, threads, threads > 1 ? "s" : "", behind ? " behind" : "",
+	       policy ? policy : "default policy", in_place ? "host read in place" : "pages copied up",
 	       (double)rd / steps, (double)mn / steps, (double)rd / (double)mn,
 	       (unsigned long long)(b.prefetch_hit - a.prefetch_hit),
 	       (unsigned long long)(b.prefetch_late - a.prefetch_late),
@@ -121,18 +143,29 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 int main(void)
 {
 	static const unsigned geo[][2] = { { 4, 64 }, { 8, 128 }, { 8, 256 } };
+	const unsigned ng = sizeof(geo) / sizeof(geo[0]);
 
-	for (unsigned g = 0; g < sizeof(geo) / sizeof(geo[0]); g++)
+	for (unsigned g = 0; g < ng; g++)
 		for (unsigned threads = 1; threads <= 2; threads++) {
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO) <= 1.05);
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 0) <= 1.05);
 			/* Copied up, as on a GPU that does not read the host
 			 * tier in place: every page read from NVMe passes
-			 * through both. 1.01 to 1.07 as run: short of the
-			 * 1.05 goal now and then, and held to 1.10 here (it
-			 * was 1.16 to 1.32 while a page could sit in both). */
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0) <= 1.10);
+			 * through both. Held to 1.10 (it was 1.16 to 1.32
+			 * while a page could sit in both; 1.1 to 1.3 now and
+			 * then on a busy machine while a batch asked for all
+			 * its pages at once); 1.01 to 1.05 as run, on a quiet
+			 * machine and with two busy loops on its two cores. */
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 0) <= 1.10);
 		}
+	/* Every reader left behind: what the pager brings up ahead of them
+	 * is held to the stage, and prefetch takes its share of it on top
+	 * (1.07 to 1.08 as run; 1.18 to 1.39 when a batch asked for all its
+	 * pages at once). */
+	for (unsigned g = 0; g < ng; g++) {
+		CHECK(ratio(geo[g][0], geo[g][1], 1, NULL, KVT_IN_PLACE_AUTO, 1) <= 1.10);
+		CHECK(ratio(geo[g][0], geo[g][1], 1, NULL, 0, 1) <= 1.10);
+	}
 	/* Recency alone on a scan: the host tier ends up a staging buffer. */
-	CHECK(ratio(8, 256, 1, "lru", KVT_IN_PLACE_AUTO) > 1.2);
+	CHECK(ratio(8, 256, 1, "lru", KVT_IN_PLACE_AUTO, 0) > 1.2);
 	return 0;
 }
