@@ -68,9 +68,9 @@ void kvt_dequant_ref(uint32_t type, float *dst, const void *src, size_t nblk);
 void kvt_dequant(uint32_t type, float *dst, const void *src, size_t nblk, int simd);
 
 /* One block of src into dst: the code for simd level simd (as
- * kvt_cpu_simd() says; the AVX2 code exists for q4_0, q8_0, q4_k, q5_k
- * and q6_k, the reference serves the others), NULL for a type not read
- * here. For the dot-product kernels, which dequantize a block at a time. */
+ * kvt_cpu_simd() says; every type has AVX2 code, and all but q2_k, q3_k
+ * and q5_k AVX-512 code for level 2), NULL for a type not read here. For
+ * the dot-product kernels, which dequantize a block at a time. */
 typedef void (*kvt_dequant_block_fn)(float *dst, const uint8_t *src);
 kvt_dequant_block_fn kvt_dequant_block(uint32_t type, int simd);
 
