@@ -10,6 +10,8 @@
  *   matmul     kvt_matmul on each type (dot products with AVX2 and
  *              without, and the sgemm path) against a double product over
  *              the reference's values;
+ *   speed      (a figure, not a check) one row against 4096 x 4096
+ *              weights of each type, in G values/s;
  *   refused    a model with an iq4_nl tensor is refused naming the tensor
  *              and the type; kvt-mkmodel's checker refuses a _K type on
  *              rows that are not whole blocks.
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/model_common.h"
@@ -267,6 +270,61 @@ static void test_matmul(struct kvt_pool *pool)
 	free(q);
 }
 
+/* ---- speed ---- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One row against 4096 x 4096 weights of each type, eight copies so that
+ * they come from memory, on the pool: best of five, in G values/s (f16
+ * as the reference). A figure, not a check. */
+static void bench_matvec(struct kvt_pool *pool)
+{
+	static const uint32_t types[] = { KVT_W_F16, KVT_W_Q8_0, KVT_W_Q4_0, KVT_W_Q4_1,
+		KVT_W_Q5_0, KVT_W_Q5_1, KVT_W_Q2_K, KVT_W_Q3_K, KVT_W_Q4_K, KVT_W_Q5_K, KVT_W_Q6_K };
+	const unsigned n = t_scale(4096) < 256 ? 256 : t_scale(4096), copies = 8;
+	float *w = malloc((size_t)n * n * 4), x[4096], y[4096];
+
+	CHECK(w);
+	for (size_t i = 0; i < (size_t)n * n; i++)
+		w[i] = frand() * 0.05f;
+	for (unsigned i = 0; i < n; i++)
+		x[i] = frand();
+	printf("speed: matvec, 1 row x %u x %u, %u copies, %u threads, G values/s:", n, n, copies,
+	       kvt_pool_threads(pool));
+	for (unsigned k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+		size_t bytes = (size_t)n * kvt_mat_row_bytes(types[k], n);
+		char *q = malloc(bytes * copies);
+		double best = 1e9;
+
+		CHECK(q);
+		if (types[k] == KVT_W_F16)
+			kvt_f32_to_f16((uint16_t *)q, w, (size_t)n * n);
+		else
+			CHECK_EQ(kvt_quantize(types[k], q, w, (size_t)n * n), 0);
+		for (unsigned c = 1; c < copies; c++)
+			memcpy(q + c * bytes, q, bytes);
+		for (int rep = 0; rep < 5; rep++) {
+			double t0 = now_s();
+			for (unsigned c = 0; c < copies; c++) {
+				struct kvt_mat m = { q + c * bytes, types[k], n, n };
+				CHECK_EQ(kvt_matmul(pool, y, x, 1, &m), 0);
+			}
+			best = fmin(best, now_s() - t0);
+		}
+		printf(" %s %.1f", types[k] == KVT_W_F16 ? "f16" : kvt_qtype(types[k])->name,
+		       (double)n * n * copies / best / 1e9);
+		free(q);
+	}
+	printf("\n");
+	free(w);
+}
+
 /* ---- refused ---- */
 
 static void test_refused(void)
@@ -315,6 +373,7 @@ int main(void)
 	test_simd();
 	test_matmul(pool);
 	test_refused();
+	bench_matvec(pool);
 	kvt_pool_free(pool);
 	return 0;
 }
