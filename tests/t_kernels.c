@@ -36,6 +36,7 @@
 
 #include "common.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -682,10 +683,10 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 
 		for (unsigned j = 0; j < n_kv * hd; j++)
 			row[j] = rndf();
-		kvt_q8_0_from_f32(k + i * tok, row, n_kv * hd);
+		kvt_quantize(KVT_W_Q8_0, k + i * tok, row, n_kv * hd);
 		for (unsigned j = 0; j < n_kv * hd; j++)
 			row[j] = rndf();
-		kvt_q8_0_from_f32(v + i * tok, row, n_kv * hd);
+		kvt_quantize(KVT_W_Q8_0, v + i * tok, row, n_kv * hd);
 	}
 	for (size_t i = 0; kv_type != KVT_KV_Q8_0 && i < (size_t)n_ctx * n_kv * hd; i++) {
 		if (kv_type == KVT_KV_F16) {
@@ -939,8 +940,8 @@ static void bench_attn(void)
 							bk[j] = rndf();
 							bv[j] = rndf();
 						}
-						kvt_q8_0_from_f32(k + i / 32 * 34, bk, 32);
-						kvt_q8_0_from_f32(v + i / 32 * 34, bv, 32);
+						kvt_quantize(KVT_W_Q8_0, k + i / 32 * 34, bk, 32);
+						kvt_quantize(KVT_W_Q8_0, v + i / 32 * 34, bv, 32);
 					}
 				} else if (kv_type == KVT_KV_F16) {
 					kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);

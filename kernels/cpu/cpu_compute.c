@@ -14,6 +14,7 @@
 
 #include "kernels/compute.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
 
 struct cpu_cx {
 	struct kvt_pool *pool;
@@ -170,8 +171,8 @@ static int cpu_to_kv(void *ctx, void *dst, const float *src, size_t n, int kv_ty
 		kvt_f32_to_f16(dst, src, n);
 	else if (kv_type == KVT_KV_F32)
 		cpu_copy(ctx, dst, src, n * sizeof(float));
-	else if (kv_type == KVT_KV_Q8_0 && n % 32 == 0)
-		kvt_q8_0_from_f32(dst, src, n);
+	else if (kv_type == KVT_KV_Q8_0)
+		return kvt_quantize(KVT_W_Q8_0, dst, src, n);	/* -EINVAL unless whole blocks */
 	else
 		return -EINVAL;
 	return 0;

@@ -442,22 +442,6 @@ static void row_to_f32(float *dst, uint32_t type, const void *row, size_t i0, si
 		dq(dst + k * t->blk, b);
 }
 
-void kvt_q8_0_from_f32(uint8_t *dst, const float *src, size_t n)
-{
-	for (size_t b = 0; b < n / 32; b++, src += 32, dst += 34) {
-		float amax = 0;
-
-		for (int i = 0; i < 32; i++)
-			amax = fmaxf(amax, fabsf(src[i]));
-		const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
-		uint16_t dh = f2h(d);
-
-		memcpy(dst, &dh, 2);
-		for (int i = 0; i < 32; i++)
-			dst[2 + i] = (uint8_t)(int8_t)roundf(src[i] * id);
-	}
-}
-
 void kvt_mat_row(float *out, const struct kvt_mat *w, uint32_t id)
 {
 	size_t rb = row_bytes(w->type, w->n_in);

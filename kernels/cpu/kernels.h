@@ -71,11 +71,6 @@ int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 int  kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
 		  unsigned rows, const struct kvt_mat *const *w);
 
-/* n values (a multiple of 32) into n / 32 q8_0 blocks, as ggml's
- * reference quantizer makes them (d = max |x| / 127 stored in f16, each
- * q = round(x / d) with the unrounded d): the KV type KVT_KV_Q8_0. */
-void kvt_q8_0_from_f32(uint8_t *dst, const float *src, size_t n);
-
 /* Bytes of one row of n_in values of type, or 0 for a type the kernels
  * do not read (or an n_in that is not a whole number of its blocks). */
 size_t kvt_mat_row_bytes(uint32_t type, uint32_t n_in);

@@ -964,14 +964,16 @@ static void q_asym32(uint8_t *b, const float *x, int bits)
 		memcpy(b + 4, &qh, sizeof(qh));
 }
 
+/* q8_0 as ggml's reference quantizer makes it (the KV type KVT_KV_Q8_0
+ * stores these): d = max |x| / 127 stored in f16, each q = round(x / d)
+ * with the unrounded d. */
 static void q_q8_0(uint8_t *b, const float *x)
 {
-	float amax = fabsf(signed_max(x, 32));
-	const float d = as_half(amax / 127), id = d ? 1.0f / d : 0.0f;
+	const float d = fabsf(signed_max(x, 32)) / 127, id = d ? 1.0f / d : 0.0f;
 
 	put_half(b, d);
 	for (int j = 0; j < 32; j++)
-		b[2 + j] = (uint8_t)(int8_t)clampi(nearest(x[j] * id), -127, 127);
+		b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
 }
 
 /* The scale and min of each of nsub sub-blocks of len values for
