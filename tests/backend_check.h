@@ -20,6 +20,7 @@
 
 #include "tests/model_common.h"
 #include "kernels/compute.h"
+#include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 #include "pager/internal.h"
 #include "kernels/device.h"

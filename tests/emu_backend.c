@@ -34,6 +34,7 @@
 
 #include "kernels/compute.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/qdots.h"
 #include "kernels/plugin.h"
 
 #define TAG	(1ull << 62)
@@ -687,6 +688,8 @@ static int emu_open(struct kvt_device *out, char *why, size_t whylen)
 	out->ctx = d;
 	out->compute = &emu_compute;
 	out->in_place_auto = !(ip && ip[0] == '0');
+	/* As the CUDA backend: f32 activations, no integer dots. */
+	kvt_cpu_set_int8_dots(0);
 	return 0;
 }
 

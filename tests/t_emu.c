@@ -14,6 +14,10 @@ int main(void)
 	char why[512];
 	int r = kvt_device_open_why("emu", 0, &dev, why, sizeof(why));
 
+	/* The device computes with the block types widened to f16: the cpu
+	 * reference keeps f32 activations too (no integer dots). */
+	kvt_cpu_set_int8_dots(0);
+
 	if (r) {
 		fprintf(stderr, "emu: %s (make tests builds libkvt-emu.so)\n", why);
 		return 1;

@@ -36,6 +36,7 @@
 
 #include "common.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 
@@ -1032,6 +1033,7 @@ int main(void)
 
 	if (seed)
 		rng = strtoull(seed, NULL, 0) | 1;
+	kvt_cpu_set_int8_dots(0);	/* f32 activations: exact products (t_quants: int8) */
 	fprintf(stderr, "seed 0x%llx\n", (unsigned long long)rng);
 	test_pool();
 	CHECK_EQ(kvt_pool_new(1, &pools[1]), 0);

@@ -9,9 +9,14 @@
  *              quantized blocks and on random bytes with finite scales;
  *   matmul     kvt_matmul on each type (dot products with AVX2 and
  *              without, and the sgemm path) against a double product over
- *              the reference's values;
+ *              the reference's values, with f32 activations;
+ *   int8       x rounded to 8 bits (qdots.h): the rounding as written,
+ *              the AVX-512BW kernels of q4_0, q8_0, q4_k and q6_k against
+ *              the integer reference, and kvt_matmul against the exact
+ *              product within the bound the rounding of x allows;
  *   speed      (a figure, not a check) one row against 4096 x 4096
- *              weights of each type, in G values/s;
+ *              weights of each type, in G values/s, with f32 activations
+ *              and, for the types that have them, integer dots;
  *   refused    a model with an iq4_nl tensor is refused naming the tensor
  *              and the type; kvt-mkmodel's checker refuses a _K type on
  *              rows that are not whole blocks.
@@ -32,6 +37,7 @@
 #include "tests/model_common.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 #include "runtime/gguf.h"
 
@@ -225,6 +231,7 @@ static void test_matmul(struct kvt_pool *pool)
 		w[i] = frand() * 0.1f;
 	for (unsigned i = 0; i < 20 * n_in; i++)
 		x[i] = frand();
+	kvt_cpu_set_int8_dots(0);
 	for (unsigned k = 0; k < NTYPES; k++) {
 		const struct kvt_qtype *t = kvt_qtype(all[k]);
 		struct kvt_mat m = { q, all[k], n_in, n_out };
@@ -263,11 +270,133 @@ static void test_matmul(struct kvt_pool *pool)
 		struct kvt_mat bad = { q, all[k], t->blk + t->blk / 2, 1 };
 		CHECK_EQ(kvt_matmul(pool, y, x, 1, &bad), -EINVAL);
 	}
+	kvt_cpu_set_int8_dots(1);
 	free(w);
 	free(wd);
 	free(x);
 	free(y);
 	free(q);
+}
+
+/* ---- int8 ---- */
+
+static const uint32_t int8_types[] = { KVT_W_Q4_0, KVT_W_Q8_0, KVT_W_Q4_K, KVT_W_Q6_K };
+
+/* Rounding x: per block d = max |x| / 127 and q = x / d to nearest even,
+ * written out again here; the sums of q over each 16. */
+static void check_xq(const struct kvt_xq *xq, const float *x)
+{
+	for (unsigned r = 0; r < xq->rows; r++)
+		for (unsigned b = 0; b < xq->n / xq->blk; b++) {
+			const float *v = x + (size_t)r * xq->n + b * xq->blk;
+			float amax = 0, d, id;
+
+			for (unsigned i = 0; i < xq->blk; i++)
+				amax = fmaxf(amax, fabsf(v[i]));
+			d = amax / 127;
+			id = d ? 1 / d : 0;
+			CHECK(xq->d[r * (xq->n / xq->blk) + b] == d);
+			for (unsigned i = 0; i < xq->blk; i++)
+				CHECK_EQ(xq->q[(size_t)r * xq->n + b * xq->blk + i],
+					 (int8_t)nearbyintf(v[i] * id));
+		}
+	for (unsigned r = 0; r < xq->rows; r++)
+		for (unsigned g = 0; g < xq->n / 16; g++) {
+			int s = 0;
+			for (unsigned i = 0; i < 16; i++)
+				s += xq->q[(size_t)r * xq->n + 16 * g + i];
+			CHECK_EQ(xq->s[r * (xq->n / 16) + g], s);
+		}
+}
+
+static void test_int8(struct kvt_pool *pool)
+{
+	enum { ROWS = 6, OUT = 37 };
+	static const unsigned n_ins[] = { 256, 544, 1024 };	/* 544: 17 blocks of 32 */
+	unsigned kernels = 0;
+	double worst_ref = 0, worst_bound = 0;
+
+	if (!kvt_qdots(KVT_W_Q4_K)) {
+		printf("int8: no AVX-512BW here (or turned off): f32 activations only\n");
+		return;
+	}
+	for (unsigned ni = 0; ni < 3; ni++)
+	for (unsigned k = 0; k < 4; k++) {
+		const uint32_t type = int8_types[k];
+		const struct kvt_qtype *t = kvt_qtype(type);
+		const unsigned n = n_ins[ni], blk = kvt_xq_blk(type);
+		size_t rb = kvt_mat_row_bytes(type, n);
+		float *w = malloc((size_t)n * OUT * 4), *wd = malloc((size_t)n * OUT * 4);
+		float *x = malloc((size_t)n * ROWS * 4), y[ROWS * OUT], ye[ROWS * OUT];
+		uint8_t *q = malloc(rb * OUT);
+		struct kvt_mat m = { q, type, n, OUT };
+		struct kvt_xq xq;
+
+		if (n % t->blk)
+			goto next;
+		CHECK(w && wd && x && q);
+		for (unsigned i = 0; i < n * OUT; i++)
+			w[i] = frand() * 0.1f;
+		/* x with an outlier now and then, as activations have */
+		for (unsigned i = 0; i < n * ROWS; i++)
+			x[i] = frand() * (i % 97 == 5 ? 20 : 1);
+		CHECK_EQ(kvt_quantize(type, q, w, (size_t)n * OUT), 0);
+		if (ni == 1 && type == KVT_W_Q8_0)	/* -128 too, whose sign goes onto x */
+			for (unsigned o = 0; o < OUT; o++)
+				q[o * rb + 2 + 3] = 0x80;
+		kvt_dequant_ref(type, wd, q, (size_t)n * OUT / t->blk);
+		CHECK_EQ(kvt_xq_make(&xq, x, ROWS, n, blk), 0);
+		check_xq(&xq, x);
+
+		/* The kernel against the integer reference, every NW x R. */
+		for (unsigned NW = 1; NW <= 2; NW++)
+			for (unsigned R = 1; R <= 4; R++) {
+				float out[8];
+				kvt_qdots(type)(q, rb, NW, &xq, 1, R, out);
+				for (unsigned o = 0; o < NW; o++)
+					for (unsigned r = 0; r < R; r++) {
+						double ref = kvt_qdot_ref(type, q + o * rb, &xq, 1 + r), mag = 0;
+						for (unsigned i = 0; i < n; i++)
+							mag += fabs((double)wd[o * n + i] * x[(1 + r) * n + i]);
+						double e = fabs(out[o * 4 + r] - ref) / mag;
+						worst_ref = e > worst_ref ? e : worst_ref;
+						CHECK(e < 1e-5);
+					}
+				kernels++;
+			}
+
+		/* kvt_matmul: within the rounding of x of the exact product. */
+		CHECK_EQ(kvt_matmul(pool, y, x, ROWS, &m), 0);
+		kvt_cpu_set_int8_dots(0);
+		CHECK_EQ(kvt_matmul(pool, ye, x, ROWS, &m), 0);
+		kvt_cpu_set_int8_dots(1);
+		for (unsigned r = 0; r < ROWS; r++)
+			for (unsigned o = 0; o < OUT; o++) {
+				double bound = 0, mag = 0;
+				for (unsigned i = 0; i < n; i++) {
+					double d = xq.d[r * (n / blk) + i / blk];
+					bound += fabs((double)wd[o * n + i]) * d / 2;
+					mag += fabs((double)wd[o * n + i] * x[r * n + i]);
+				}
+				double e = fabs((double)y[r * OUT + o] - ye[r * OUT + o]);
+				CHECK(e <= bound + 1e-5 * mag);
+				worst_bound = fmax(worst_bound, e / (bound + 1e-30));
+			}
+		CHECK(memcmp(y, ye, sizeof(y)) != 0);	/* and x was rounded */
+		kvt_xq_free(&xq);
+next:
+		free(w);
+		free(wd);
+		free(x);
+		free(q);
+	}
+	printf("int8: q4_0, q8_0, q4_k, q6_k: %u kernel cases within %.1e of the integer reference; "
+	       "kvt_matmul at most %.2f of the bound x's rounding allows\n", kernels, worst_ref,
+	       worst_bound);
+	kvt_cpu_set_int8_dots(0);
+	CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
+	kvt_cpu_set_int8_dots(1);
+	CHECK(kvt_qdots(KVT_W_Q4_1) == NULL && kvt_qdots(KVT_W_F16) == NULL);
 }
 
 /* ---- speed ---- */
@@ -300,7 +429,7 @@ static void bench_matvec(struct kvt_pool *pool)
 	for (unsigned k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
 		size_t bytes = (size_t)n * kvt_mat_row_bytes(types[k], n);
 		char *q = malloc(bytes * copies);
-		double best = 1e9;
+		double best;
 
 		CHECK(q);
 		if (types[k] == KVT_W_F16)
@@ -309,16 +438,26 @@ static void bench_matvec(struct kvt_pool *pool)
 			CHECK_EQ(kvt_quantize(types[k], q, w, (size_t)n * n), 0);
 		for (unsigned c = 1; c < copies; c++)
 			memcpy(q + c * bytes, q, bytes);
-		for (int rep = 0; rep < 5; rep++) {
-			double t0 = now_s();
-			for (unsigned c = 0; c < copies; c++) {
-				struct kvt_mat m = { q + c * bytes, types[k], n, n };
-				CHECK_EQ(kvt_matmul(pool, y, x, 1, &m), 0);
+		int has_int8 = kvt_qdots(types[k]) != NULL;
+
+		for (int int8 = 0; int8 <= has_int8; int8++) {
+			kvt_cpu_set_int8_dots(int8);
+			best = 1e9;
+			for (int rep = 0; rep < 5; rep++) {
+				double t0 = now_s();
+				for (unsigned c = 0; c < copies; c++) {
+					struct kvt_mat m = { q + c * bytes, types[k], n, n };
+					CHECK_EQ(kvt_matmul(pool, y, x, 1, &m), 0);
+				}
+				best = fmin(best, now_s() - t0);
 			}
-			best = fmin(best, now_s() - t0);
+			if (int8)
+				printf(" (int8 %.1f)", (double)n * n * copies / best / 1e9);
+			else
+				printf(" %s %.1f", types[k] == KVT_W_F16 ? "f16" : kvt_qtype(types[k])->name,
+				       (double)n * n * copies / best / 1e9);
 		}
-		printf(" %s %.1f", types[k] == KVT_W_F16 ? "f16" : kvt_qtype(types[k])->name,
-		       (double)n * n * copies / best / 1e9);
+		kvt_cpu_set_int8_dots(1);
 		free(q);
 	}
 	printf("\n");
@@ -372,6 +511,7 @@ int main(void)
 	test_roundtrip();
 	test_simd();
 	test_matmul(pool);
+	test_int8(pool);
 	test_refused();
 	bench_matvec(pool);
 	kvt_pool_free(pool);

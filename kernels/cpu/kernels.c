@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -1144,7 +1145,9 @@ struct mm_job {
 	dots_fn		 dots;		/* NULL: dots_dq_avx2 if dq, else dots_scalar */
 	kvt_dequant_block_fn dq;	/* block types but Q8_0, with AVX2 */
 	fdots_fn	 fdots;		/* fused q4_k, q6_k: before dots and dq */
+	kvt_qdots_fn	 qdots;		/* integer dots on x rounded to 8 bits: before all */
 	const float	*xs;		/* (rows, n_in / 32): sums of x, for q4_k */
+	const struct kvt_xq *xq;	/* x rounded, for qdots */
 	float		*scratch;	/* (threads, blk, n_in): converted weight rows */
 };
 
@@ -1163,7 +1166,9 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 			const float *xr = j->x + (size_t)r * w->n_in;
 			float d[8];
 
-			if (j->fdots)
+			if (j->qdots)
+				j->qdots(wr, j->rb, NW, j->xq, r, R, d);
+			else if (j->fdots)
 				j->fdots(wr, j->rb, NW, xr, w->n_in, j->xs + (size_t)r * (w->n_in / 32),
 					 w->n_in / 32, w->n_in, R, d);
 			else if (j->dots)
@@ -1261,11 +1266,10 @@ static int small_rows(const struct kvt_mat *w, unsigned rows)
 	return rows < (w->type == W_F32 ? SMALL_ROWS_F32 : SMALL_ROWS_CONV);
 }
 
-/* Set up j for the dot-product path; returns its task count. */
-static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
+/* The dot-product kernel for j's weights on f32 activations. */
+static void pick_dots(struct mm_job *j)
 {
 	const struct kvt_mat *w = j->w;
-	unsigned tasks;
 
 #ifdef KVT_X86
 	/* F32 stays on AVX2: with nothing to convert it is bound by memory
@@ -1291,6 +1295,17 @@ static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
 			  w->type == W_BF16 ? dots_bf16_avx2 : dots_q8_avx2;
 	}
 #endif
+}
+
+/* Set up j for the dot-product path; returns its task count. Weights
+ * with an integer kernel take it (qdots.h) unless it is turned off. */
+static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
+{
+	const struct kvt_mat *w = j->w;
+	unsigned tasks;
+
+	if (!(j->qdots = kvt_qdots(w->type)))
+		pick_dots(j);
 	/* About four tasks per thread for balance, but each a whole number
 	 * of cache lines of y and worth a task hand-out. */
 	tasks = 4 * nt;
@@ -1318,37 +1333,67 @@ static void mm_multi_task(void *arg, unsigned task, unsigned thread)
 	mm_small_task((void *)&mm->j[k], task - mm->first[k], thread);
 }
 
-/* The sums of x over each 32 values of its rows, for jobs whose fused
- * kernel takes them (q4_k's mins), or NULL: -ENOMEM then. */
-static int need_xs(struct mm_job *j, unsigned n, const float *x, unsigned rows, unsigned n_in,
-		   float **xs)
+/* What the jobs' kernels take besides x, made once for all of them: the
+ * sums of x over each 32 values (q4_k's fused mins) and x rounded to 8
+ * bits in blocks of 32 and of 256 (qdots.h). */
+struct x_prep {
+	float		*xs;		/* (rows, n_in / 32) or NULL */
+	struct kvt_xq	 xq[2];		/* blocks of 32, of 256; unused ones zeroed */
+};
+
+static void prep_free(struct x_prep *p)
+{
+	free(p->xs);
+	kvt_xq_free(&p->xq[0]);
+	kvt_xq_free(&p->xq[1]);
+}
+
+/* 0 or -ENOMEM (nothing left allocated then). */
+static int prep_x(struct x_prep *p, struct mm_job *j, unsigned n, const float *x, unsigned rows,
+		  unsigned n_in)
 {
 	unsigned k, g, r, ng = n_in / 32;
+	int ret = 0;
 
-	*xs = NULL;
+	memset(p, 0, sizeof(*p));
+	for (k = 0; k < n && !ret; k++) {
+		unsigned blk = j[k].qdots ? kvt_xq_blk(j[k].w->type) : 0;
+		struct kvt_xq *xq = &p->xq[blk == 256];
+
+		if (!blk)
+			continue;
+		if (!xq->q)
+			ret = kvt_xq_make(xq, x, rows, n_in, blk);
+		j[k].xq = xq;
+	}
 	for (k = 0; k < n && j[k].fdots != fdots_q4k_avx2 && j[k].fdots != fdots_q4k_avx512; k++)
 		;
-	if (k == n)
-		return 0;
-	if (!(*xs = malloc((size_t)rows * ng * sizeof(float))))
-		return -ENOMEM;
+	if (ret || k == n)
+		goto out;
+	if (!(p->xs = malloc((size_t)rows * ng * sizeof(float)))) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	for (r = 0; r < rows; r++)
 		for (g = 0; g < ng; g++) {
 			const float *v = x + (size_t)r * n_in + 32 * g;
 			float s = 0;
 			for (unsigned i = 0; i < 32; i++)
 				s += v[i];
-			(*xs)[(size_t)r * ng + g] = s;
+			p->xs[(size_t)r * ng + g] = s;
 		}
 	for (k = 0; k < n; k++)
-		j[k].xs = *xs;
-	return 0;
+		j[k].xs = p->xs;
+out:
+	if (ret)
+		prep_free(p);
+	return ret;
 }
 
 int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
 		 unsigned rows, const struct kvt_mat *const *w)
 {
-	float *xs;
+	struct x_prep prep;
 	struct mm_multi mm;
 	unsigned nt = kvt_pool_threads(pool), k;
 	int ret, fuse = n <= KVT_MATMUL_MAX && rows > 0;
@@ -1370,10 +1415,10 @@ int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float
 					   .simd = kvt_cpu_simd() };
 		mm.first[k + 1] = mm.first[k] + mm_small_setup(&mm.j[k], nt);
 	}
-	if ((ret = need_xs(mm.j, n, x, rows, w[0]->n_in, &xs)))
+	if ((ret = prep_x(&prep, mm.j, n, x, rows, w[0]->n_in)))
 		return ret;
 	kvt_pool_run(pool, mm_multi_task, &mm, mm.first[n]);
-	free(xs);
+	prep_free(&prep);
 	return 0;
 }
 
@@ -1394,13 +1439,13 @@ int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 	}
 	if (small_rows(w, rows)) {
 		unsigned tasks = mm_small_setup(&j, nt);
-		float *xs;
+		struct x_prep prep;
 		int r;
 
-		if ((r = need_xs(&j, 1, x, rows, w->n_in, &xs)))
+		if ((r = prep_x(&prep, &j, 1, x, rows, w->n_in)))
 			return r;
 		kvt_pool_run(pool, mm_small_task, &j, tasks);
-		free(xs);
+		prep_free(&prep);
 		return 0;
 	}
 	pthread_once(&blas_once, blas_one_thread);

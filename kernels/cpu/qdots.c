@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integer dot products on 8-bit activations (qdots.h).
+ *
+ * The arithmetic, for a weight block with scale dw against x's block with
+ * scale dx (q4_k and q6_k: x's block of 256 holds the weight's whole
+ * super-block):
+ *
+ *   q4_0  dw dx sum (q - 8) xq          = dw dx (sum q xq - 8 sum xq)
+ *   q8_0  dw dx sum q xq
+ *   q4_k  d dx sum_j sc_j sum q xq  -  dmin dx sum_j mn_j sum xq   (j: 8 x 32)
+ *   q6_k  d dx sum_g sc_g (sum q xq - 32 sum xq)                    (g: 16 x 16)
+ *
+ * with q the stored quants (0..15, -128..127, 0..15, 0..63) and the sums
+ * of xq over 16 values precomputed (kvt_xq.s). Every sum over a block is an
+ * exact integer: vpmaddubsw multiplies the unsigned quants by x's signed
+ * bytes and adds pairs into int16 (at most 2 * 63 * 127, or 2 * 128 * 127
+ * for q8_0, whose sign moves onto x), and vpmaddwd adds pairs of those
+ * into int32, times the sub-block scales where the type has them.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/compute.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/qdots.h"
+#include "kernels/cpu/quants.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KVT_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define I8		__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define I8_INLINE	static inline __attribute__((always_inline, \
+			target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#endif
+
+static int int8_on = -1;	/* atomic; -1: not read from the environment yet */
+
+void kvt_cpu_set_int8_dots(int on)
+{
+	__atomic_store_n(&int8_on, !!on, __ATOMIC_RELAXED);
+}
+
+int kvt_cpu_int8_dots(void)
+{
+	int on = __atomic_load_n(&int8_on, __ATOMIC_RELAXED);
+
+	if (on < 0) {
+		const char *e = getenv("KVT_EXACT_DOTS");
+
+		on = !(e && *e && strcmp(e, "0"));
+		__atomic_store_n(&int8_on, on, __ATOMIC_RELAXED);
+	}
+	return on;
+}
+
+unsigned kvt_xq_blk(uint32_t wtype)
+{
+	switch (wtype) {
+	case KVT_W_Q4_0: case KVT_W_Q8_0: return 32;
+	case KVT_W_Q4_K: case KVT_W_Q6_K: return 256;
+	default: return 0;
+	}
+}
+
+static inline float scale16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, sizeof(h));
+	return h2f(h);
+}
+
+/* ---- rounding x ---- */
+
+/* One block of m values: the scale and the int8s. The scalar code and the
+ * AVX-512 code compute d, 1 / d and every x * (1 / d) alike, and both
+ * round to nearest even, so they agree to the bit. */
+static float xq_block(int8_t *q, const float *x, unsigned m)
+{
+	float amax = 0, d, id;
+
+	for (unsigned i = 0; i < m; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	d = amax / 127;
+	id = d ? 1 / d : 0;
+	for (unsigned i = 0; i < m; i++)
+		q[i] = (int8_t)nearbyintf(x[i] * id);
+	return d;
+}
+
+#ifdef KVT_X86
+I8 static float xq_block512(int8_t *q, const float *x, unsigned m)
+{
+	__m512 mx = _mm512_setzero_ps();
+	float d, id;
+
+	for (unsigned i = 0; i < m; i += 16)
+		mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+	d = _mm512_reduce_max_ps(mx) / 127;
+	id = d ? 1 / d : 0;
+	for (unsigned i = 0; i < m; i += 16) {
+		__m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i),
+							     _mm512_set1_ps(id)));
+		_mm_storeu_si128((__m128i *)(q + i), _mm512_cvtsepi32_epi8(v));
+	}
+	return d;
+}
+#endif
+
+int kvt_xq_make(struct kvt_xq *xq, const float *x, unsigned rows, unsigned n, unsigned blk)
+{
+	const size_t nb = n / blk, ng = n / 16;
+	int simd = kvt_cpu_simd() >= 2 && kvt_qdots(blk == 32 ? KVT_W_Q8_0 : KVT_W_Q4_K);
+
+	memset(xq, 0, sizeof(*xq));
+	if ((blk != 32 && blk != 256) || n % blk)
+		return -EINVAL;
+	xq->q = malloc((size_t)rows * n);
+	xq->d = malloc((size_t)rows * nb * sizeof(float));
+	xq->s = malloc((size_t)rows * ng * sizeof(int16_t));
+	if (!xq->q || !xq->d || !xq->s) {
+		kvt_xq_free(xq);
+		return -ENOMEM;
+	}
+	xq->rows = rows;
+	xq->n = n;
+	xq->blk = blk;
+	for (size_t r = 0; r < rows; r++) {
+		for (size_t b = 0; b < nb; b++) {
+			int8_t *q = xq->q + r * n + b * blk;
+			const float *xb = x + r * n + b * blk;
+#ifdef KVT_X86
+			if (simd)
+				xq->d[r * nb + b] = xq_block512(q, xb, blk);
+			else
+#endif
+				xq->d[r * nb + b] = xq_block(q, xb, blk);
+		}
+		for (size_t g = 0; g < ng; g++) {
+			const int8_t *q = xq->q + r * n + g * 16;
+			int s = 0;
+
+			for (unsigned i = 0; i < 16; i++)
+				s += q[i];
+			xq->s[r * ng + g] = (int16_t)s;
+		}
+	}
+	return 0;
+}
+
+void kvt_xq_free(struct kvt_xq *xq)
+{
+	free(xq->q);
+	free(xq->d);
+	free(xq->s);
+	memset(xq, 0, sizeof(*xq));
+}
+
+/* ---- the reference ---- */
+
+float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsigned r)
+{
+	const uint8_t *b = w;
+	const int8_t *x = xq->q + (size_t)r * xq->n;
+	const int16_t *s = xq->s + (size_t)r * (xq->n / 16);
+	const float *dx = xq->d + (size_t)r * (xq->n / xq->blk);
+	double acc = 0;
+
+	switch (wtype) {
+	case KVT_W_Q4_0:
+		for (unsigned k = 0; k < xq->n / 32; k++, b += 18, x += 32) {
+			int sum = 0;
+			for (unsigned i = 0; i < 16; i++)
+				sum += (b[2 + i] & 0xF) * x[i] + (b[2 + i] >> 4) * x[16 + i];
+			sum -= 8 * (s[2 * k] + s[2 * k + 1]);
+			acc += (double)(scale16(b) * dx[k]) * sum;
+		}
+		break;
+	case KVT_W_Q8_0:
+		for (unsigned k = 0; k < xq->n / 32; k++, b += 34, x += 32) {
+			int sum = 0;
+			for (unsigned i = 0; i < 32; i++)
+				sum += (int8_t)b[2 + i] * x[i];
+			acc += (double)(scale16(b) * dx[k]) * sum;
+		}
+		break;
+	case KVT_W_Q4_K:
+		for (unsigned k = 0; k < xq->n / 256; k++, b += 144, x += 256, s += 16) {
+			int sum = 0, msum = 0;
+			for (unsigned j = 0; j < 8; j++) {
+				const uint8_t *q = b + 16 + 32 * (j / 2);
+				uint8_t sc, mn;
+				int dot = 0;
+
+				kvt_scale_min_k4((int)j, b + 4, &sc, &mn);
+				for (unsigned i = 0; i < 32; i++)
+					dot += (j & 1 ? q[i] >> 4 : q[i] & 0xF) * x[32 * j + i];
+				sum += sc * dot;
+				msum += mn * (s[2 * j] + s[2 * j + 1]);
+			}
+			acc += (double)(scale16(b) * dx[k]) * sum -
+			       (double)(scale16(b + 2) * dx[k]) * msum;
+		}
+		break;
+	case KVT_W_Q6_K:
+		for (unsigned k = 0; k < xq->n / 256; k++, b += 210, x += 256, s += 16) {
+			const int8_t *sc = (const int8_t *)(b + 192);
+			int sum = 0;
+			for (unsigned g = 0; g < 16; g++) {
+				unsigned c = g / 8, at = g % 8;	/* half, 16s within it */
+				int dot = 0;
+				for (unsigned i = 0; i < 16; i++) {
+					unsigned l = 16 * (at % 2) + i, part = at / 2;
+					const uint8_t *ql = b + 64 * c, *qh = b + 128 + 32 * c;
+					int lo = part & 1 ? ql[l + 32] : ql[l];
+					int q = (part < 2 ? lo & 0xF : lo >> 4) |
+						((qh[l] >> (2 * part)) & 3) << 4;
+					dot += q * x[16 * g + i];
+				}
+				sum += sc[g] * (dot - 32 * s[g]);
+			}
+			acc += (double)(scale16(b + 208) * dx[k]) * sum;
+		}
+		break;
+	}
+	return (float)acc;
+}
+
+/* ---- AVX-512BW ---- */
+
+#ifdef KVT_X86
+/* A block's f16 scale through F16C (the same value as h2f). */
+I8_INLINE float hscale(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, sizeof(h));
+	return _cvtsh_ss(h);
+}
+
+/* x's int8s at row r, value i. */
+#define XQ(xq, r, i)	((xq)->q + (size_t)(r) * (xq)->n + (i))
+
+I8_INLINE __m512i dot_u8s8(__m512i u, __m512i s, __m512i w16)
+{
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), w16);
+}
+
+/* Two 256-bit halves into one vector. */
+I8_INLINE __m512i cat256(__m256i lo, __m256i hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+I8_INLINE void q4k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		      unsigned NW, unsigned R, float *out)
+{
+	const unsigned n = xq->n, nb = n / 256;
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m512 acc[2][4];
+	float mins[2][4] = { { 0 } };
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = w0 + k * wst + (size_t)b * 144;
+			const float d = hscale(blk), dmin = hscale(blk + 2);
+			uint8_t sc[8], mn[8];
+			__m512i v[4], s[4];
+
+			for (int j = 0; j < 8; j++)
+				kvt_scale_min_k4(j, blk + 4, &sc[j], &mn[j]);
+			for (unsigned j = 0; j < 4; j++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * j));
+
+				v[j] = cat256(_mm256_and_si256(q, m4),
+					      _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+				s[j] = cat256(_mm256_set1_epi16(sc[2 * j]), _mm256_set1_epi16(sc[2 * j + 1]));
+			}
+			for (unsigned r = 0; r < R; r++) {
+				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
+				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
+				int m = 0;
+
+				for (unsigned j = 1; j < 4; j++)
+					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
+						_mm512_loadu_si512(x + 64 * j), s[j]));
+				for (unsigned j = 0; j < 8; j++)
+					m += mn[j] * (xs[2 * j] + xs[2 * j + 1]);
+				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
+							    acc[k][r]);
+				mins[k][r] += dmin * dx * (float)m;
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) - mins[k][r];
+}
+
+I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		      unsigned NW, unsigned R, float *out)
+{
+	const unsigned n = xq->n, nb = n / 256;
+	const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+	/* Each of a half's 8 scales over 8 int16 lanes (16 values). */
+	const __m256i lo4 = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+					     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i hi4 = _mm256_add_epi8(lo4, _mm256_set1_epi8(4));
+	__m512 acc[2][4];
+	float offs[2][4] = { { 0 } };
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = w0 + k * wst + (size_t)b * 210;
+			const int8_t *sc = (const int8_t *)(blk + 192);
+			const float d = hscale(blk + 208);
+			__m512i v[4], s[4];
+
+			for (unsigned c = 0; c < 2; c++) {
+				__m512i a = _mm512_loadu_si512(blk + 64 * c);
+				__m256i t = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+				__m512i t2 = cat256(t, _mm256_srli_epi16(t, 2));
+				__m256i s8 = _mm256_broadcastsi128_si256(
+					_mm_loadl_epi64((const __m128i *)(sc + 8 * c)));
+
+				/* values 0..63 of the half, then 64..127 */
+				v[2 * c] = _mm512_or_si512(_mm512_and_si512(a, m4),
+							   _mm512_and_si512(_mm512_slli_epi16(t2, 4), m30));
+				v[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+							       _mm512_and_si512(t2, m30));
+				s[2 * c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s8, lo4));
+				s[2 * c + 1] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s8, hi4));
+			}
+			for (unsigned r = 0; r < R; r++) {
+				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
+				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
+				int o = 0;
+
+				for (unsigned j = 1; j < 4; j++)
+					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
+						_mm512_loadu_si512(x + 64 * j), s[j]));
+				for (unsigned g = 0; g < 16; g++)
+					o += sc[g] * xs[g];
+				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
+							    acc[k][r]);
+				offs[k][r] += d * dx * (float)(32 * o);
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) - offs[k][r];
+}
+
+/* q4_0 and q8_0: two blocks of 32 a vector, lanes 0..7 the first. */
+I8_INLINE __m512i q40_pair(const uint8_t *b0, const uint8_t *b1)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m256i q = _mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 2))),
+		_mm_loadu_si128((const __m128i *)(b1 + 2)), 1);
+	__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+
+	/* each block: its 16 low nibbles (values 0..15), then the high */
+	return cat256(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* q4_0 (as q - 8) and q8_0 alike: the weights' signs move onto x, so
+ * that vpmaddubsw multiplies |q| by signed x. */
+I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		       unsigned NW, unsigned R, float *out, int q8)
+{
+	const unsigned n = xq->n, nb = n / 32, bs = q8 ? 34 : 18;
+	const __m512i one = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+	__m512 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < nb; b += 2)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *b0 = w0 + k * wst + (size_t)b * bs;
+			const int odd = b + 1 == nb;	/* a last block alone: */
+			const uint8_t *b1 = odd ? b0 : b0 + bs;		/* twice, */
+			const float d0 = hscale(b0), d1 = odd ? 0 : hscale(b1);	/* once weighed */
+			__m512i w = q8 ? cat256(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+						_mm256_loadu_si256((const __m256i *)(b1 + 2))) :
+					 _mm512_sub_epi8(q40_pair(b0, b1), _mm512_set1_epi8(8));
+			const __mmask64 neg = _mm512_movepi8_mask(w);
+			const __m512i v = _mm512_abs_epi8(w);
+
+			for (unsigned r = 0; r < R; r++) {
+				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
+				const float *dx = xq->d + (size_t)(r0 + r) * nb + b;
+				__m512i xv = odd ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x)) :
+						   _mm512_loadu_si512(x);
+				__m512 s = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0 * dx[0]),
+								_mm512_set1_ps(odd ? 0 : d1 * dx[1]));
+
+				xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_u8s8(v, xv, one)), s,
+							    acc[k][r]);
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]);
+}
+
+/* One function per type, specialised for every NW x R. */
+#define DEF_QDOTS(name, body...)						\
+I8 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
+		    unsigned r0, unsigned R, float *out)				\
+{										\
+	switch ((NW - 1) * 4 + R - 1) {						\
+	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
+	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
+	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
+	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
+	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
+	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
+	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
+	default: { const unsigned NN = 2, RR = 4; body; break; }		\
+	}									\
+}
+
+DEF_QDOTS(qdots_q4k, q4k_i8(w, wst, xq, r0, NN, RR, out))
+DEF_QDOTS(qdots_q6k, q6k_i8(w, wst, xq, r0, NN, RR, out))
+DEF_QDOTS(qdots_q40, qb32_i8(w, wst, xq, r0, NN, RR, out, 0))
+DEF_QDOTS(qdots_q80, qb32_i8(w, wst, xq, r0, NN, RR, out, 1))
+
+static int have_bw(void)
+{
+	static int have = -1;
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+
+	if (h < 0) {
+		unsigned a, b, c, d;
+
+		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
+		    (b & bit_AVX512VL);
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
+	}
+	return h;
+}
+#endif
+
+kvt_qdots_fn kvt_qdots(uint32_t wtype)
+{
+#ifdef KVT_X86
+	if (kvt_cpu_simd() < 2 || !have_bw() || !kvt_cpu_int8_dots())
+		return NULL;
+	switch (wtype) {
+	case KVT_W_Q4_0: return qdots_q40;
+	case KVT_W_Q8_0: return qdots_q80;
+	case KVT_W_Q4_K: return qdots_q4k;
+	case KVT_W_Q6_K: return qdots_q6k;
+	}
+#else
+	(void)wtype;
+#endif
+	return NULL;
+}
