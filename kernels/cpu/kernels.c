@@ -2430,6 +2430,37 @@ static void attend_group(const struct attn_page *pg, struct attn_group *gr,
 	}
 }
 
+/* A q8_0 KV row run of nblk blocks into floats, as kvt_dequant does it
+ * (d * q, exact), without its per-call dispatch: the gather calls it for
+ * every token of a page, twice. */
+#ifdef KVT_X86
+AVX512 static void q8_run512(float *dst, const uint8_t *src, unsigned nblk)
+{
+	for (unsigned b = 0; b < nblk; b++, src += Q8_SZ, dst += QK) {
+		uint16_t h;
+
+		memcpy(&h, src, sizeof(h));
+		const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+		__m128i q0 = _mm_loadu_si128((const __m128i *)(src + 2));
+		__m128i q1 = _mm_loadu_si128((const __m128i *)(src + 18));
+
+		_mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+		_mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+	}
+}
+#endif
+
+static void q8_run(float *dst, const uint8_t *src, unsigned nblk, int simd)
+{
+#ifdef KVT_X86
+	if (simd >= 2) {
+		q8_run512(dst, src, nblk);
+		return;
+	}
+#endif
+	kvt_dequant(KVT_W_Q8_0, dst, src, nblk, simd);
+}
+
 /*
  * Scratch in a->s, in floats: a dummy o, m and l (hd + 2), the scores
  * (4, ntok), and when K and V are gathered (see above) one KV head's K and
@@ -2515,10 +2546,8 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 				if (sh->kv_type == KVT_KV_Q8_0) {
 					size_t b = kvt_kv_bytes(KVT_KV_Q8_0, src);
 
-					kvt_dequant(KVT_W_Q8_0, kf + dst, (const uint8_t *)k + b, hd / 32,
-						    kn.simd);
-					kvt_dequant(KVT_W_Q8_0, vf + dst, (const uint8_t *)v + b, hd / 32,
-						    kn.simd);
+					q8_run(kf + dst, (const uint8_t *)k + b, hd / 32, kn.simd);
+					q8_run(vf + dst, (const uint8_t *)v + b, hd / 32, kn.simd);
 				} else if (sh->kv_type == KVT_KV_F16) {
 					kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
 					kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
