@@ -243,6 +243,17 @@ I8_INLINE float hscale(const uint8_t *p)
 	return _cvtsh_ss(h);
 }
 
+/* The weight rows a task reads are one run of memory, read NW rows at a
+ * time a block from each: ask for the block PF_ROWS turns ahead, which the
+ * hardware prefetchers, following 2 streams of short rows, do not. */
+#define PF_ROWS	2
+
+I8_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
+{
+	for (unsigned o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* x's int8s at row r, value i. */
 #define XQ(xq, r, i)	((xq)->q + (size_t)(r) * (xq)->n + (i))
 
@@ -257,53 +268,81 @@ I8_INLINE __m512i cat256(__m256i lo, __m256i hi)
 	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* q4_k's 12 bytes of 6-bit scales and mins as 16 bytes, the 8 scales then
+ * the 8 mins (ggml's unpacking, four bytes at a time). */
+I8_INLINE __m128i q4k_scales(const uint8_t *p)
+{
+	uint32_t u[4], aux;
+
+	memcpy(u, p, 12);
+	u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+	aux = u[1] & 0x3f3f3f3f;
+	u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+	u[2] = aux;
+	u[0] &= 0x3f3f3f3f;
+	return _mm_loadu_si128((const __m128i *)u);
+}
+
 I8_INLINE void q4k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
 		      unsigned NW, unsigned R, float *out)
 {
 	const unsigned n = xq->n, nb = n / 256;
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	/* sub-block 2j's scale over 16 int16 lanes, then 2j + 1's */
+	const __m256i pat[4] = {
+		_mm256_setr_m128i(_mm_set1_epi8(0), _mm_set1_epi8(1)),
+		_mm256_setr_m128i(_mm_set1_epi8(2), _mm_set1_epi8(3)),
+		_mm256_setr_m128i(_mm_set1_epi8(4), _mm_set1_epi8(5)),
+		_mm256_setr_m128i(_mm_set1_epi8(6), _mm_set1_epi8(7)),
+	};
+	/* each min twice, against the sums of x over each 16 */
+	const __m128i patm = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
 	__m512 acc[2][4];
-	float mins[2][4] = { { 0 } };
+	__m256 macc[2][4];
 
 	for (unsigned k = 0; k < NW; k++)
-		for (unsigned r = 0; r < R; r++)
+		for (unsigned r = 0; r < R; r++) {
 			acc[k][r] = _mm512_setzero_ps();
+			macc[k][r] = _mm256_setzero_ps();
+		}
 	for (unsigned b = 0; b < nb; b++)
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *blk = w0 + k * wst + (size_t)b * 144;
 			const float d = hscale(blk), dmin = hscale(blk + 2);
-			uint8_t sc[8], mn[8];
+
+			prefetch_ahead(blk + PF_ROWS * NW * wst, 144);
+			const __m128i sm = q4k_scales(blk + 4);
+			const __m256i sm2 = _mm256_broadcastsi128_si256(sm);
+			const __m256i mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, patm));
 			__m512i v[4], s[4];
 
-			for (int j = 0; j < 8; j++)
-				kvt_scale_min_k4(j, blk + 4, &sc[j], &mn[j]);
 			for (unsigned j = 0; j < 4; j++) {
 				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * j));
 
 				v[j] = cat256(_mm256_and_si256(q, m4),
 					      _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-				s[j] = cat256(_mm256_set1_epi16(sc[2 * j]), _mm256_set1_epi16(sc[2 * j + 1]));
+				s[j] = _mm512_cvtepu8_epi16(_mm256_shuffle_epi8(sm2, pat[j]));
 			}
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
 				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
 				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
 				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
-				int m = 0;
+				__m256i im = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)xs));
 
 				for (unsigned j = 1; j < 4; j++)
 					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
 						_mm512_loadu_si512(x + 64 * j), s[j]));
-				for (unsigned j = 0; j < 8; j++)
-					m += mn[j] * (xs[2 * j] + xs[2 * j + 1]);
 				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
 							    acc[k][r]);
-				mins[k][r] += dmin * dx * (float)m;
+				macc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), _mm256_set1_ps(dmin * dx),
+							     macc[k][r]);
 			}
 		}
 	for (unsigned k = 0; k < NW; k++)
 		for (unsigned r = 0; r < R; r++)
-			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) - mins[k][r];
+			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[k][r],
+				_mm512_zextps256_ps512(macc[k][r])));
 }
 
 I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
@@ -316,16 +355,22 @@ I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 					     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
 	const __m256i hi4 = _mm256_add_epi8(lo4, _mm256_set1_epi8(4));
 	__m512 acc[2][4];
-	float offs[2][4] = { { 0 } };
+	__m256 oacc[2][4];
 
 	for (unsigned k = 0; k < NW; k++)
-		for (unsigned r = 0; r < R; r++)
+		for (unsigned r = 0; r < R; r++) {
 			acc[k][r] = _mm512_setzero_ps();
+			oacc[k][r] = _mm256_setzero_ps();
+		}
 	for (unsigned b = 0; b < nb; b++)
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *blk = w0 + k * wst + (size_t)b * 210;
 			const int8_t *sc = (const int8_t *)(blk + 192);
+
+			prefetch_ahead(blk + PF_ROWS * NW * wst, 210);
 			const float d = hscale(blk + 208);
+			/* the 16 scales, against the sums of x over each 16 */
+			const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
 			__m512i v[4], s[4];
 
 			for (unsigned c = 0; c < 2; c++) {
@@ -348,21 +393,21 @@ I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
 				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
 				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
-				int o = 0;
+				__m256i io = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xs));
 
 				for (unsigned j = 1; j < 4; j++)
 					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
 						_mm512_loadu_si512(x + 64 * j), s[j]));
-				for (unsigned g = 0; g < 16; g++)
-					o += sc[g] * xs[g];
 				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
 							    acc[k][r]);
-				offs[k][r] += d * dx * (float)(32 * o);
+				oacc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(io), _mm256_set1_ps(32 * d * dx),
+							     oacc[k][r]);
 			}
 		}
 	for (unsigned k = 0; k < NW; k++)
 		for (unsigned r = 0; r < R; r++)
-			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) - offs[k][r];
+			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[k][r],
+				_mm512_zextps256_ps512(oacc[k][r])));
 }
 
 /* q4_0 and q8_0: two blocks of 32 a vector, lanes 0..7 the first. */
@@ -401,6 +446,8 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 					 _mm512_sub_epi8(q40_pair(b0, b1), _mm512_set1_epi8(8));
 			const __mmask64 neg = _mm512_movepi8_mask(w);
 			const __m512i v = _mm512_abs_epi8(w);
+
+			prefetch_ahead(b0 + PF_ROWS * NW * wst, 2 * bs);
 
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
