@@ -110,6 +110,29 @@ class TestSim(unittest.TestCase):
                 self.assertGreater(ref[0]["misses"], 0)
                 self.assertGreater(ref[1]["hits"], 0)
 
+    def test_arrays(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("numpy is not installed")
+        with kvtier.Trace(self.zipf) as t:
+            frames = t.frames_for([1, 10, 40])
+            lists = t.mrc(["lru", PyFIFO], frames)
+            arrays = t.mrc(["lru", PyFIFO], frames, as_array=True)
+            self.assertIsInstance(arrays["lru"], np.ndarray)
+            self.assertEqual(arrays.frames.tolist(), frames)
+            for p in ("lru", "pyfifo"):
+                self.assertEqual(arrays[p].tolist(), lists[p])
+            keys = np.array([3, 9, 3, 27, 9, 3], dtype=np.uint64)
+            with kvtier.Trace.from_keys(keys) as a, \
+                    kvtier.Trace.from_keys(keys.astype(np.int32)) as b:
+                self.assertEqual((a.refs, a.pages), (6, 3))
+                self.assertEqual(a.mrc(["lru"], [1, 2]).points, b.mrc(["lru"], [1, 2]).points)
+                # 3 9 3 27 9 3 in two LRU frames: the second 3 hits; then 27
+                # pushes 9 out and 9 pushes 3 out; in three frames the last
+                # three hit too
+                self.assertEqual([p.hits for p in a.mrc(["lru"], [2, 3]).points], [1, 3])
+
     def test_bad_input(self):
         with self.assertRaises(kvtier.KvtError) as e:
             kvtier.Trace(os.path.join(self.dir, "absent.kvtt"))
