@@ -32,6 +32,11 @@ LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
 TEST_SRC = $(wildcard tests/t_*.c)
 TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# The Python package's tests (python/tests) over build/libkvt.so; not in
+# the sanitizer suites: a plain python3 cannot load a sanitized library.
+ifeq ($(SAN),)
+TESTS	+= tests/t_python.sh
+endif
 TEST_COMMON = $(BUILD)/tests/common.o
 
 # Keep the objects of tests and tools: they are not throwaway intermediates.

@@ -26,6 +26,7 @@
 #include "pager/errf.h"
 #include "pager/policy.h"
 #include "pager/sim.h"
+#include "kvt/sim.h"
 
 #define MAX_VICTIMS	64	/* victims asked for at once, as the pager */
 #define PROGRESS_MASK	((1u << 20) - 1)
@@ -1824,4 +1825,157 @@ int kvt_sim_gen_zipf(uint64_t n, uint64_t nkeys, double alpha, uint64_t seed, ui
 	free(small);
 	free(large);
 	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * The stable API (include/kvt/sim.h): what libkvt.so exports of the
+ * engine, thin wrappers over the functions above.
+ */
+
+#define KVT_API __attribute__((visibility("default")))
+
+KVT_API int kvt_sim_open(const char *path, struct kvt_sim_trace **out, char *err, size_t errlen)
+{
+	struct kvt_sim_trace *t;
+	int r;
+
+	*out = NULL;
+	if (!path)
+		return kvt_errf(err, errlen, -EINVAL, "no trace path");
+	t = malloc(sizeof(*t));
+	if (!t)
+		return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", path);
+	r = kvt_sim_trace_load(path, t, err, errlen);
+	if (r) {
+		free(t);
+		return r;
+	}
+	*out = t;
+	return 0;
+}
+
+KVT_API int kvt_sim_open_keys(const uint64_t *keys, size_t n, struct kvt_sim_trace **out)
+{
+	struct kvt_sim_trace *t = malloc(sizeof(*t));
+	int r;
+
+	*out = NULL;
+	if (!t)
+		return -ENOMEM;
+	r = kvt_sim_trace_keys(t, keys, n);
+	if (r) {
+		free(t);
+		return r;
+	}
+	*out = t;
+	return 0;
+}
+
+KVT_API void kvt_sim_close(struct kvt_sim_trace *t)
+{
+	if (!t)
+		return;
+	kvt_sim_trace_free(t);
+	free(t);
+}
+
+KVT_API int kvt_sim_describe(const struct kvt_sim_trace *t, struct kvt_sim_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->records = t->n;
+	out->refs = t->naccess;
+	out->news = t->nnew;
+	out->steps = t->steps;
+	out->pages = t->npages;
+	out->page_bytes = t->has_hdr ? t->hdr.page_bytes : 0;
+	out->gaps = t->gaps;
+	out->source = t->has_hdr ? t->hdr.source : UINT32_MAX;
+	snprintf(out->format, sizeof(out->format), "%s", t->format);
+	return 0;
+}
+
+/* The next-use times, the first time an offline policy needs them. */
+static int need_next(struct kvt_sim_trace *t, const struct kvt_policy_ops *ops,
+		     char *err, size_t errlen)
+{
+	int r = ops && (ops->flags & KVT_POLICY_OFFLINE) ? kvt_sim_trace_next(t) : 0;
+
+	return r ? kvt_errf(err, errlen, r, "the next-use times of an offline policy: %s",
+			    strerror(-r)) : 0;
+}
+
+KVT_API int kvt_sim_curve(struct kvt_sim_trace *t, const char *const *policies, unsigned np,
+		  const uint64_t *frames, unsigned nsizes, unsigned threads,
+		  uint64_t *hits, uint64_t *misses, uint64_t *refs,
+		  char *err, size_t errlen)
+{
+	struct kvt_sim_point *pt;
+	size_t n = (size_t)np * nsizes;
+	int r;
+
+	*refs = 0;
+	for (unsigned p = 0; p < np; p++)
+		if ((r = need_next(t, kvt_policy_find(policies[p]), err, errlen)))
+			return r;
+	pt = calloc(n ? n : 1, sizeof(*pt));
+	if (!pt)
+		return kvt_errf(err, errlen, -ENOMEM, "out of memory");
+	r = kvt_sim_mrc(t, policies, np, frames, nsizes, threads, pt, NULL, NULL, err, errlen);
+	for (size_t i = 0; !r && i < n; i++) {
+		hits[i] = pt[i].hits;
+		misses[i] = pt[i].misses;
+	}
+	if (!r)
+		*refs = t->naccess;
+	free(pt);
+	return r;
+}
+
+KVT_API int kvt_sim_replay(struct kvt_sim_trace *t, const struct kvt_sim_level *lv, unsigned n,
+		   int backed, struct kvt_sim_counts *out, char *err, size_t errlen)
+{
+	struct kvt_sim_config c = { .ntiers = n, .backed = backed < 0 ? -1 : !!backed };
+	struct kvt_sim_result *res;
+	char why[256];
+	int r;
+
+	if (!n || n > KVT_SIM_MAX_TIERS)
+		return kvt_errf(err, errlen, -EINVAL, "%u tiers: want 1..%d", n, KVT_SIM_MAX_TIERS);
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvt_policy_ops *o = lv[i].ops;
+		const char *spec = lv[i].policy ? lv[i].policy : o ? o->name : NULL;
+		struct kvt_sim_tier *tc = &c.tier[i];
+
+		if (!spec || !*spec)
+			return kvt_errf(err, errlen, -EINVAL, "tier %u: no policy", i);
+		if (strlen(spec) >= sizeof(tc->policy))
+			return kvt_errf(err, errlen, -EINVAL, "tier %u: policy '%.40s...': longer "
+					"than %zu characters", i, spec, sizeof(tc->policy) - 1);
+		if (o && (!o->init || !o->destroy || !o->on_insert || !o->on_access ||
+			  !o->on_remove || !o->victims))
+			return kvt_errf(err, errlen, -EINVAL, "tier %u: policy '%s': its table lacks "
+					"a method (init, destroy, on_insert, on_access, on_remove "
+					"and victims are required)", i, spec);
+		if (!o && !(o = kvt_policy_load(spec, why, sizeof(why))))
+			return kvt_errf(err, errlen, -EINVAL, "tier %u: %s: %s", i, spec, why);
+		if ((r = need_next(t, o, err, errlen)))
+			return r;
+		snprintf(tc->policy, sizeof(tc->policy), "%s", spec);
+		tc->ops = lv[i].ops;
+		tc->frames = lv[i].frames;
+	}
+	res = malloc(sizeof(*res));
+	if (!res)
+		return kvt_errf(err, errlen, -ENOMEM, "out of memory");
+	r = kvt_sim_run(&c, t, res, err, errlen);
+	for (unsigned i = 0; !r && i < n; i++) {
+		const struct kvt_sim_tier_result *x = &res->tier[i];
+		out[i] = (struct kvt_sim_counts){
+			.refs = res->refs, .hits = x->hits, .misses = x->misses,
+			.promotions = x->promotions, .demotions = x->demotions,
+			.drops = x->drops, .used = x->used,
+		};
+	}
+	free(res);
+	return r;
 }
