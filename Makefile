@@ -6,9 +6,10 @@ OPT	?= -O2
 SAN	?=
 PKGS	 = liburing numa inih libxxhash openblas libutf8proc
 # Debian packages behind $(PKGS) and the tools the tests and benchmarks use
-# (gnuplot: kvt-sim mrc --plot; optional, so deps-check does not ask for it).
+# (gnuplot: kvt-sim mrc --plot; python3: the Python package's tests;
+# optional, so deps-check does not ask for them).
 DEB_PKGS = build-essential pkg-config liburing-dev libnuma-dev libinih-dev \
-	   libxxhash-dev libopenblas-dev libutf8proc-dev fio gnuplot-nox
+	   libxxhash-dev libopenblas-dev libutf8proc-dev fio gnuplot-nox python3
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
