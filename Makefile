@@ -24,6 +24,12 @@ CFLAGS	+= -fsanitize=$(SAN) $(SAN_RECOVER) -fno-omit-frame-pointer -DKVT_DEBUG=1
 LDFLAGS	+= -fsanitize=$(SAN) $(SAN_RECOVER)
 endif
 LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
+# FAULTS=1: the library takes the fault.* keys (NVMe fault injection,
+# docs/config.md); the sanitizer builds (asan, tsan, soak) turn it on.
+FAULTS	?= $(if $(SAN),1,0)
+ifeq ($(FAULTS),1)
+CFLAGS	+= -DKVT_FAULTS=1
+endif
 
 GEN	 = $(BUILD)/gen
 CFLAGS	+= -I$(GEN)
