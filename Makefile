@@ -25,6 +25,12 @@ CFLAGS	+= -fsanitize=$(SAN) $(SAN_RECOVER) -fno-omit-frame-pointer -DKVT_DEBUG=1
 LDFLAGS	+= -fsanitize=$(SAN) $(SAN_RECOVER)
 endif
 LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
+# FAULTS=1: the library takes the fault.* keys (NVMe fault injection,
+# docs/config.md); the sanitizer builds (asan, tsan, soak) turn it on.
+FAULTS	?= $(if $(SAN),1,0)
+ifeq ($(FAULTS),1)
+CFLAGS	+= -DKVT_FAULTS=1
+endif
 
 GEN	 = $(BUILD)/gen
 CFLAGS	+= -I$(GEN)
@@ -68,7 +74,7 @@ PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
 .PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
-	device-bundle
+	device-bundle soak soak-asan soak-tsan
 
 # all: the library (static and shared), the tools, and the CUDA plug-in where nvcc is
 all: lib tools $(PLUGINS_GPU)
@@ -245,6 +251,24 @@ asan: deps-check
 # tsan: the suite under ThreadSanitizer (without the CUDA plug-in)
 tsan: deps-check
 	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 CUDA=0 test
+
+# soak: the fault soak (tests/t_soak.c) for SOAK_SECONDS under ASan, then
+# under TSan (soak-asan or soak-tsan: one of them; make -j2 soak: both at
+# once); each log, build/{asan,tsan}/soak.log, ends with the figures
+# (docs/reliability.md)
+SOAK_SECONDS ?= 600
+comma := ,
+soak: soak-asan soak-tsan
+
+soak-asan soak-tsan: soak-%: deps-check
+	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/$* OPT=-O1 CUDA=0 \
+		SAN=$(if $(filter asan,$*),address$(comma)undefined,thread) build/$*/tests/t_soak
+	@echo "soak-$*: $(SOAK_SECONDS) s, log in build/$*/soak.log"
+	@$(SAN_ENV) KVT_SOAK_SECONDS=$(SOAK_SECONDS) build/$*/tests/t_soak \
+		>build/$*/soak.log 2>&1; rc=$$?; tail -n 1 build/$*/soak.log; \
+	if grep -qE 'runtime error:|ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer' \
+		build/$*/soak.log; then echo "soak-$*: sanitizer report in the log"; exit 1; fi; \
+	[ $$rc -eq 0 ] || { echo "soak-$*: exit $$rc"; exit 1; }
 
 # clean: remove build/
 clean:

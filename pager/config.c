@@ -105,6 +105,23 @@ static const struct sym device_syms[] = {
 	UINT(sec ".wm_low", tier[i].wm_low, 0, 50), \
 	UINT(sec ".wm_high", tier[i].wm_high, 0, 50)
 
+/* Fault injection (include/kvt/config.h, pager/nvme.h): rows of keys[]
+ * only in a library built with -DKVT_FAULTS. A release build keeps the
+ * rows in fault_keys[] alone, to name the build flag when it refuses
+ * them. */
+#define FAULT_MAX	1000000u
+#define FAULT_KEYS \
+	UINT("fault.eio", fault_eio, 0, FAULT_MAX), \
+	UINT("fault.short", fault_short, 0, FAULT_MAX), \
+	UINT("fault.enospc", fault_enospc, 0, FAULT_MAX), \
+	UINT("fault.flip", fault_flip, 0, FAULT_MAX), \
+	UINT("fault.slow_us", fault_slow_us, 0, FAULT_MAX)
+
+static const struct key fault_keys[] = { FAULT_KEYS };
+#define NFAULT_KEYS (sizeof(fault_keys) / sizeof(fault_keys[0]))
+#define FAULT_FLAG	"fault injection is not built in (build the library with " \
+			"-DKVT_FAULTS: make FAULTS=1, make asan or make tsan)"
+
 /* Geometry bounds keep page bytes below 2^37, so the product never overflows. */
 static const struct key keys[] = {
 	UINT("geometry.layers", n_layers, 1, 4096),
@@ -134,6 +151,9 @@ static const struct key keys[] = {
 	STR("metrics.http", T_PATH, metrics_http, NULL),
 	STR("device.name", T_NAME, device, device_syms),
 	{ "device.copy_gbps", T_DOUBLE, OFF(copy_gbps), 0, 0, 10000, 0, NULL, 0 },
+#ifdef KVT_FAULTS
+	FAULT_KEYS,
+#endif
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -256,6 +276,20 @@ static const struct key *find_key(const char *name)
 	for (i = 0; i < NKEYS; i++)
 		if (!strcmp(keys[i].name, name))
 			return &keys[i];
+	return NULL;
+}
+
+/* A fault.* key this build does not take (all of them without
+ * KVT_FAULTS), or NULL. */
+static const struct key *refused_fault_key(const char *name)
+{
+	size_t i;
+
+	if (find_key(name))
+		return NULL;
+	for (i = 0; i < NFAULT_KEYS; i++)
+		if (!strcmp(fault_keys[i].name, name))
+			return &fault_keys[i];
 	return NULL;
 }
 
@@ -477,6 +511,8 @@ static int set_key(struct kvt_config *c, const char *name, const char *v,
 	if (!name || !*name)
 		return kvt_errf(msg, len, -EINVAL, "no key given");
 	k = find_key(name);
+	if (!k && (k = refused_fault_key(name)))
+		return kvt_errf(msg, len, -EINVAL, "%s: " FAULT_FLAG, k->name);
 	if (!k)
 		return kvt_errf(msg, len, -EINVAL, "unknown key \"%s\"",
 				echo(name, e, sizeof(e), ECHO_MAX));
@@ -632,6 +668,13 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 		if (rc)
 			return kvt_errf(err, errlen, rc, "%s: out of memory", k->name);
 		return bad_value(err, errlen, k, v);
+	}
+	for (i = 0; i < NFAULT_KEYS; i++) {
+		const struct key *k = &fault_keys[i];
+
+		if (*(const unsigned *)cfield(cfg, k) && refused_fault_key(k->name))
+			return kvt_errf(err, errlen, -EINVAL, "%s = %u: " FAULT_FLAG, k->name,
+					*(const unsigned *)cfield(cfg, k));
 	}
 	for (t = 0; t < KVT_NTIERS; t++) {
 		const struct kvt_tier_config *tc = &cfg->tier[t];

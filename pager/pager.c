@@ -1709,6 +1709,14 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		if (kvt_nvme_register_buffers(p->nvme, p->host.base, p->host.bytes))
 			kvt_plog(p, KVT_LOG_INFO, "nvme tier: plain buffers (registration refused)");
 		kvt_nvme_info(p->nvme, &p->nvme_info);
+		/* fault.*: non-zero only where the library has KVT_FAULTS (validate). */
+		struct kvt_fault f = { cfg->fault_eio, cfg->fault_short, cfg->fault_enospc,
+				       cfg->fault_flip, cfg->fault_slow_us };
+		kvt_nvme_set_fault(p->nvme, &f);
+		if (f.eio_every | f.short_every | f.enospc_every | f.flip_every | f.slow_us)
+			kvt_plog(p, KVT_LOG_WARN, "nvme tier: fault injection on: eio 1/%u, short "
+				 "1/%u, enospc 1/%u, flip 1/%u, slow %u us (0 = off)", f.eio_every,
+				 f.short_every, f.enospc_every, f.flip_every, f.slow_us);
 	}
 
 	/* The memory of offline host frames can go back to the kernel unless

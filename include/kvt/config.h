@@ -113,6 +113,17 @@ struct kvt_config {
 	char	 device[32];		/* "cpu", "cuda" or "auto" */
 	double	 copy_gbps;		/* cpu device: copy bandwidth cap, 0 = none */
 
+	/* Fault injection on the NVMe tier (fault.*, docs/config.md): one
+	 * request in N of a kind fails that way, 0 = never. Only a library
+	 * built with -DKVT_FAULTS accepts non-zero values (kvt_config_set,
+	 * kvt_config_validate); the fields are there in every build, so the
+	 * struct is the same whatever the flag. */
+	unsigned fault_eio;		/* reads and writes complete with -EIO */
+	unsigned fault_short;		/* a read completes short (and is retried) */
+	unsigned fault_enospc;		/* writes complete with -ENOSPC */
+	unsigned fault_flip;		/* a read has one bit flipped (XXH3 fails) */
+	unsigned fault_slow_us;		/* every completion is delayed this long */
+
 	kvt_log_fn log;
 	void	  *log_arg;
 };
