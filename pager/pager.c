@@ -1519,9 +1519,11 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 	}
 	/* Sized for every frame reserved: the pages resident never exceed
 	 * the capacity a policy was given, whatever the live capacity. */
-	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
+	why[0] = 0;
+	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes, why, sizeof(why));
 	if (r) {
-		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
+		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec,
+			 r == -EINVAL && why[0] ? why : strerror(-r));
 		t->pst = NULL;
 		return r;
 	}
@@ -2881,13 +2883,15 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 		free(order);
 		return kvt_errf(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
 	}
-	r = pol->init(&pst, kvt_policy_params(spec), t->nframes);
+	why[0] = 0;
+	r = pol->init(&pst, kvt_policy_params(spec), t->nframes, why, sizeof(why));
 	if (r) {
 		free(meta);
 		free(order);
 		if (r != -ENOMEM)
 			r = -EINVAL;
-		return kvt_errf(err, errlen, r, "%s = %s: %s", key, spec, strerror(-r));
+		return kvt_errf(err, errlen, r, "%s = %s: %s", key, spec,
+				r == -EINVAL && why[0] ? why : strerror(-r));
 	}
 
 	pthread_mutex_lock(&p->lock);

@@ -746,11 +746,13 @@ static int cmd_mrc(int argc, char **argv)
 		return bad_usage("--sizes: want 1..%d comma-separated sizes", MAX_LIST);
 	for (int i = 0; i < np; i++) {
 		const struct kvt_policy_ops *o = kvt_policy_find(pol[i]);
+		char why[256] = "";
 		void *st;
 		if (!o)
 			return bad_usage("--policies: no such policy '%s'", pol[i]);
-		if (o->init(&st, kvt_policy_params(pol[i]), 64))
-			return bad_usage("--policies: '%s': bad parameters", pol[i]);
+		if (o->init(&st, kvt_policy_params(pol[i]), 64, why, sizeof(why)))
+			return bad_usage("--policies: '%s': %s", pol[i],
+					 why[0] ? why : "bad parameters");
 		o->destroy(st);
 	}
 	int by_pct = 1;
