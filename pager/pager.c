@@ -977,8 +977,14 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 			/* A read that failed, or data that does not match its
 			 * checksum: the only copy is bad. A read that never ran
 			 * leaves the page as it was. */
-			if (x->rres != -ECANCELED)
+			if (x->rres != -ECANCELED) {
+				struct kvt_ref r = ref_of(p, x->slot);
+
+				kvt_lasterr_read(p, x->rres, KVT_TIER_NVME,
+						 (uint64_t)x->from * nvme->stride,
+						 (uint32_t)p->page_bytes, x->slot, &r);
 				page_lose(p, x->slot);
+			}
 		}
 	}
 	if (x->to != NO_FRAME) {

@@ -276,7 +276,12 @@ int main(int argc, char **argv)
 			}
 			while ((r = kvt_batch_next(b, &vw)) != 0) {
 				if (r < 0) {
-					fprintf(stderr, "\nkvt-demo: page %u of layer %u: %s\n", vw.page, l, strerror(-r));
+					char lost[320] = "";
+
+					if (r == -EIO)
+						kvt_pager_last_error(p, NULL, lost, sizeof(lost));
+					fprintf(stderr, "\nkvt-demo: page %u of layer %u: %s%s%s\n", vw.page, l,
+						strerror(-r), lost[0] ? ": " : "", lost);
 					return 1;
 				}
 				const half *pk = vw.k, *pv = vw.v;

@@ -110,6 +110,23 @@ static void usage(FILE *f)
 		"                        exit\n");
 }
 
+/* What lies behind an -EIO from the pager, as ": page 7 (...) lost:
+ * checksum mismatch reading tier nvme at offset ..."; "" for any other
+ * error, or when the pager lost no page. */
+static const char *lost_page(int r)
+{
+	static char line[320];
+
+	line[0] = 0;
+	if (r == -EIO && live_pager) {
+		line[0] = ':';
+		line[1] = ' ';
+		if (!kvt_pager_last_error(live_pager, NULL, line + 2, sizeof(line) - 2))
+			line[0] = 0;
+	}
+	return line;
+}
+
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
 {
@@ -797,7 +814,7 @@ int main(int argc, char **argv)
 		if (r == -ERANGE)
 			die("the prompt does not fit the context of %u tokens: raise --ctx", o.n_ctx);
 		if (r)
-			die("prefill failed: %s", strerror(-r));
+			die("prefill failed: %s%s", strerror(-r), lost_page(r));
 	}
 	if (!kvt_session_logits(ss[0]))
 		die("the restored conversation has no logits to continue from: give a prompt");
@@ -835,8 +852,9 @@ int main(int argc, char **argv)
 				out[i].done = 1;
 				out[i].err = kvt_session_error(ss[i]);
 				cli_bar_done();
-				fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
-					strerror(-out[i].err), o.batch > 1 ? "; the others go on" : "");
+				fprintf(stderr, "%s: sequence %u ended: %s%s%s\n", prog, i,
+					strerror(-out[i].err), lost_page(out[i].err),
+					o.batch > 1 ? "; the others go on" : "");
 				continue;
 			}
 			id = kvt_sample(smp[i], lg);
@@ -867,7 +885,7 @@ int main(int argc, char **argv)
 			break;
 		r = kvt_decode(e, run, feed, nrun);
 		if (r < 0)
-			die("decode failed: %s", strerror(-r));
+			die("decode failed: %s%s", strerror(-r), lost_page(r));
 		n_steps++;
 		n_fed += nrun;
 		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
@@ -880,7 +898,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < o.batch; i++)
 		if (!out[i].err && kvt_session_error(ss[i])) {
 			out[i].err = kvt_session_error(ss[i]);
-			fprintf(stderr, "%s: sequence %u ended: %s\n", prog, i, strerror(-out[i].err));
+			fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
+				strerror(-out[i].err), lost_page(out[i].err));
 		}
 	if (o.batch == 1 && !o.json)
 		fputc('\n', stdout);
