@@ -225,9 +225,18 @@ static void set_policy(struct opts *o, const char *arg)
 	}
 }
 
+/* While the pager opens, its first error is held back to end the "cannot
+ * open the pager" line: the one line that says why. */
+static int hold_error;
+static char held_error[512];
+
 static void log_cb(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	if (hold_error && level == KVT_LOG_ERROR && !held_error[0]) {
+		snprintf(held_error, sizeof(held_error), "%s", msg);
+		return;
+	}
 	if (level <= KVT_LOG_WARN) {
 		cli_bar_done();
 		fprintf(stderr, "%s: %s\n", prog, msg);
@@ -768,8 +777,13 @@ int main(int argc, char **argv)
 		signal(SIGTERM, on_signal);
 		signal(SIGHUP, on_signal);
 		signal(SIGPIPE, on_signal);
-		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
-			die("cannot open the pager: %s", strerror(-r));
+		hold_error = 1;
+		r = kvt_pager_open(&o.cfg, dev, &pg);
+		hold_error = 0;
+		if (r)
+			die("cannot open the pager: %s", held_error[0] ? held_error : strerror(-r));
+		if (held_error[0])
+			fprintf(stderr, "%s: %s\n", prog, held_error);
 		live_pager = pg;
 		if (o.trace && (r = kvt_pager_trace_start(pg, o.trace)))
 			die("--trace %s: %s", o.trace, strerror(-r));
