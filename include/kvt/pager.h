@@ -269,7 +269,9 @@ const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
 
 /* Traces (docs/trace-format.md): record what the pager does, one 48-byte
  * record per event (page lookups, creations, frees, moves, steps, scores,
- * losses), into path (created or truncated). The header carries the
+ * losses), into path: written as path's temporary (PATH.PID.tmp, never
+ * through a link) and renamed over path, whole, when the trace stops; a
+ * FIFO at path is written in place. The header carries the
  * geometry, the frames per tier, the policies and the configuration text.
  * Records are appended to memory under the pager's lock and written by a
  * thread of their own; if the disk falls behind by more than 48 MiB,
