@@ -254,7 +254,7 @@ static void test_tools(void)
 	b = get(metrics, NULL);
 	CHECK(strstr(b, "# TYPE kvt_"));
 	free(b);
-	get(logits, &n);
+	free(get(logits, &n));
 	CHECK_EQ(n % (300 * 4), 0);
 	CHECK_EQ(run("%s/kvt-trace info %s 2>&1", build, trace), 0);
 	/* The session is whole: a restore continues it. */
