@@ -60,6 +60,24 @@ static void note(struct kvt_host_arena *a, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Put one entry before the others in a->notes: the reason an open fails
+ * comes first, ahead of what an AUTO setting did without. Truncated as
+ * note() is. */
+static void note_first(struct kvt_host_arena *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void note_first(struct kvt_host_arena *a, const char *fmt, ...)
+{
+	char rest[sizeof(a->notes)];
+	va_list ap;
+
+	memcpy(rest, a->notes, sizeof(rest));
+	va_start(ap, fmt);
+	vsnprintf(a->notes, sizeof(a->notes), fmt, ap);
+	va_end(ap);
+	if (rest[0])
+		note(a, "%s", rest);
+}
+
 /* Round x up to a multiple of the power of two align; 0 on overflow. */
 static size_t round_up(size_t x, size_t align)
 {
@@ -316,7 +334,9 @@ static int prefault(struct kvt_host_arena *a, size_t stride, unsigned threads)
 }
 
 /* Step 4. Returns 0 (locked, or AUTO and noted) or -errno for ON: -EPERM
- * when RLIMIT_MEMLOCK does not allow the size, else mlock's errno. */
+ * when RLIMIT_MEMLOCK does not allow the size, else mlock's errno; for
+ * ON the first note then says why, naming RLIMIT_MEMLOCK and the way
+ * out. */
 static int lock_arena(struct kvt_host_arena *a, int mode)
 {
 	struct rlimit rl = { 0, 0 };
@@ -332,15 +352,26 @@ static int lock_arena(struct kvt_host_arena *a, int mode)
 	/* A failed mlock may leave part of the range locked. */
 	munlock(a->base, a->mapped);
 	getrlimit(RLIMIT_MEMLOCK, &rl);
-	if (rl.rlim_cur == RLIM_INFINITY)
-		note(a, "mlock: %s (RLIMIT_MEMLOCK unlimited)", strerror(err));
-	else
-		note(a, "mlock: %s (RLIMIT_MEMLOCK %llu bytes, need %zu)",
-		     strerror(err), (unsigned long long)rl.rlim_cur, a->mapped);
-	if (mode != KVT_ON)
+	if (mode != KVT_ON) {
+		if (rl.rlim_cur == RLIM_INFINITY)
+			note(a, "mlock: %s (RLIMIT_MEMLOCK unlimited)", strerror(err));
+		else
+			note(a, "mlock: %s (RLIMIT_MEMLOCK %llu bytes, need %zu)",
+			     strerror(err), (unsigned long long)rl.rlim_cur, a->mapped);
 		return 0;
-	if (err == ENOMEM && rl.rlim_cur != RLIM_INFINITY && a->mapped > rl.rlim_cur)
+	}
+	if ((err == ENOMEM || err == EPERM) && rl.rlim_cur != RLIM_INFINITY &&
+	    a->mapped > rl.rlim_cur) {
+		note_first(a, "mlock=on: RLIMIT_MEMLOCK is %llu bytes, the host tier needs %zu "
+			   "(raise it: ulimit -l, systemd LimitMEMLOCK=; or set host.mlock=auto)",
+			   (unsigned long long)rl.rlim_cur, a->mapped);
 		return -EPERM;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY)
+		note_first(a, "mlock=on: %s (RLIMIT_MEMLOCK unlimited)", strerror(err));
+	else
+		note_first(a, "mlock=on: %s (RLIMIT_MEMLOCK %llu bytes, need %zu)",
+			   strerror(err), (unsigned long long)rl.rlim_cur, a->mapped);
 	return -err;
 }
 

@@ -187,6 +187,7 @@ struct kvt_pager {
 	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */
 
 	struct kvt_stats st;		/* counters not kept per tier */
+	struct kvt_pager_error lasterr;	/* the last page lost (lasterr.c); under lock */
 
 	/* Trace recording: rec is set and cleared under lock (so every
 	 * record is appended under it); trace_mu serialises start and stop,
@@ -246,6 +247,10 @@ static inline struct kvt_trace_rec *kvt_recorder_slot(struct kvt_recorder *r)
 }
 void kvt_recorder_counts(const struct kvt_recorder *r, uint64_t *records, uint64_t *dropped);
 int  kvt_recorder_finish(struct kvt_recorder *r);
+
+/* lasterr.c: record the page lost (lock held); r names it. */
+void kvt_lasterr_read(struct kvt_pager *p, int cause, int tier, uint64_t offset,
+		      uint32_t bytes, uint32_t page, const struct kvt_ref *r);
 
 /* stats.c */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);

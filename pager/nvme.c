@@ -966,9 +966,10 @@ static int handle(struct kvt_nvme *n, struct op *op, int res, uint64_t now)
 		return 0;
 	}
 	/* Short: retry the rest; a second zero-byte one in a row is EOF
-	 * (the file shrank under us) and fails the op. */
+	 * (the file shrank under us) and fails the op: -ENODATA for a read
+	 * (the pager's message says "short read"), -EIO for a write. */
 	if (res == 0 && op->zero++) {
-		finish(n, op, -EIO, now);
+		finish(n, op, op->rw == KVT_IO_READ ? -ENODATA : -EIO, now);
 		return 0;
 	}
 	if (res)

@@ -19,7 +19,8 @@ struct kvt_nvme;
 enum kvt_io_op { KVT_IO_READ = 0, KVT_IO_WRITE = 1 };
 
 /* One page-sized request. The caller fills op, off, buf, len, user; the
- * I/O path sets res (0 or -errno) and lat_ns. off, buf and len must be
+ * I/O path sets res (0 or -errno; -ENODATA for a read that the file ends
+ * before) and lat_ns. off, buf and len must be
  * multiples of 4096 for O_DIRECT. */
 struct kvt_io {
 	uint64_t off;

@@ -977,8 +977,14 @@ static void land(struct kvt_pager *p, struct move *x, int rc)
 			/* A read that failed, or data that does not match its
 			 * checksum: the only copy is bad. A read that never ran
 			 * leaves the page as it was. */
-			if (x->rres != -ECANCELED)
+			if (x->rres != -ECANCELED) {
+				struct kvt_ref r = ref_of(p, x->slot);
+
+				kvt_lasterr_read(p, x->rres, KVT_TIER_NVME,
+						 (uint64_t)x->from * nvme->stride,
+						 (uint32_t)p->page_bytes, x->slot, &r);
 				page_lose(p, x->slot);
+			}
 		}
 	}
 	if (x->to != NO_FRAME) {
@@ -1519,9 +1525,11 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 	}
 	/* Sized for every frame reserved: the pages resident never exceed
 	 * the capacity a policy was given, whatever the live capacity. */
-	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes);
+	why[0] = 0;
+	r = t->pol->init(&t->pst, kvt_policy_params(spec), t->nframes, why, sizeof(why));
 	if (r) {
-		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec, strerror(-r));
+		kvt_plog(p, KVT_LOG_ERROR, "tier.%s.policy = %s: %s", kvt_tier_name(ti), spec,
+			 r == -EINVAL && why[0] ? why : strerror(-r));
 		t->pst = NULL;
 		return r;
 	}
@@ -2889,13 +2897,15 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 		free(order);
 		return kvt_errf(err, errlen, -ENOMEM, "%s = %s: out of memory", key, spec);
 	}
-	r = pol->init(&pst, kvt_policy_params(spec), t->nframes);
+	why[0] = 0;
+	r = pol->init(&pst, kvt_policy_params(spec), t->nframes, why, sizeof(why));
 	if (r) {
 		free(meta);
 		free(order);
 		if (r != -ENOMEM)
 			r = -EINVAL;
-		return kvt_errf(err, errlen, r, "%s = %s: %s", key, spec, strerror(-r));
+		return kvt_errf(err, errlen, r, "%s = %s: %s", key, spec,
+				r == -EINVAL && why[0] ? why : strerror(-r));
 	}
 
 	pthread_mutex_lock(&p->lock);

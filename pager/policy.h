@@ -39,8 +39,13 @@ struct kvt_policy_ops {
 	const char *name;
 	size_t meta_size;		/* bytes per page for the policy */
 	unsigned flags;			/* enum kvt_policy_flag */
-	/* params: the text after "name:" ("key=value,..."), or "" */
-	int    (*init)(void **state, const char *params, size_t capacity);
+	/* params: the text after "name:" ("key=value,..."), or "" (NULL
+	 * reads as ""). 0, or -EINVAL for params it refuses (or a capacity
+	 * it cannot take), with one line in err (errlen bytes; err may be
+	 * NULL) that names the key and the values allowed: "small=150: must
+	 * be 1..99 (percent of the tier)"; -ENOMEM. */
+	int    (*init)(void **state, const char *params, size_t capacity,
+		       char *err, size_t errlen);
 	void   (*destroy)(void *state);
 	/* A page entered the tier; r describes it and the reference that
 	 * brought it (r->next as for on_access). */

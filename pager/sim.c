@@ -1438,11 +1438,13 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 			x->freel[f] = x->nframes - 1 - f;
 			x->owner[f] = KVT_SIM_NONE;
 		}
-		r = x->pol->init(&x->pst, kvt_policy_params(tc->policy), x->nframes);
+		char why[256] = "";
+		r = x->pol->init(&x->pst, kvt_policy_params(tc->policy), x->nframes,
+				 why, sizeof(why));
 		if (r) {
 			x->pst = NULL;
 			r = kvt_errf(err, errlen, r == -ENOMEM ? r : -EINVAL, "tier %u: policy '%s': %s",
-				     ti, tc->policy, strerror(-r));
+				     ti, tc->policy, r != -ENOMEM && why[0] ? why : strerror(-r));
 			goto out;
 		}
 		x->wm_min = tc->wm_min;
@@ -1629,10 +1631,11 @@ int kvt_sim_mrc(const struct kvt_sim_trace *t, const char *const *policies, unsi
 		if ((ops->flags & KVT_POLICY_OFFLINE) && !t->next)
 			return kvt_errf(err, errlen, -EINVAL, "policy '%s' is offline: the trace needs "
 					"its next-use times (kvt_sim_trace_next)", policies[p]);
-		int r = ops->init(&st, kvt_policy_params(policies[p]), 64);
+		char why[256] = "";
+		int r = ops->init(&st, kvt_policy_params(policies[p]), 64, why, sizeof(why));
 		if (r)
-			return kvt_errf(err, errlen, -EINVAL, "policy '%s': %s", policies[p],
-					strerror(-r));
+			return kvt_errf(err, errlen, r == -ENOMEM ? r : -EINVAL, "policy '%s': %s",
+					policies[p], r != -ENOMEM && why[0] ? why : strerror(-r));
 		ops->destroy(st);
 	}
 	for (unsigned s = 0; s < nsizes; s++)

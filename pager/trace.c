@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "pager/afile.h"
 #include "pager/errf.h"
 #include "pager/internal.h"
 #include "pager/trace.h"
@@ -181,7 +182,7 @@ void kvt_trace_close(struct kvt_trace *t)
  */
 
 struct kvt_trace_writer {
-	int	 fd;
+	struct kvt_afile af;	/* PATH.PID.tmp until kvt_trace_finish */
 	int	 err;		/* first error, sticky */
 	struct kvt_trace_hdr hdr;
 	uint8_t	*buf;
@@ -209,7 +210,7 @@ static int write_all(int fd, const void *p, size_t n)
 static void wflush(struct kvt_trace_writer *w)
 {
 	if (w->n && !w->err)
-		w->err = write_all(w->fd, w->buf, w->n);
+		w->err = write_all(w->af.fd, w->buf, w->n);
 	w->n = 0;
 }
 
@@ -231,9 +232,8 @@ int kvt_trace_create(const char *path, const struct kvt_trace_hdr *hdr,
 		return -ENOMEM;
 	}
 	w->cap = WBUF_BYTES;
-	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (w->fd < 0) {
-		rc = -errno;
+	rc = kvt_afile_open(&w->af, path, 0644, NULL, 0);
+	if (rc) {
 		free(w->buf);
 		free(w);
 		return rc;
@@ -247,13 +247,13 @@ int kvt_trace_create(const char *path, const struct kvt_trace_hdr *hdr,
 	w->hdr.rec_off = (sizeof(struct kvt_trace_hdr) + config_len + REC_ALIGN - 1) /
 			 REC_ALIGN * REC_ALIGN;
 	w->hdr.config_hash = XXH3_64bits(config_len ? config : "", config_len);
-	rc = write_all(w->fd, &w->hdr, sizeof(w->hdr));
+	rc = write_all(w->af.fd, &w->hdr, sizeof(w->hdr));
 	if (!rc && config_len)
-		rc = write_all(w->fd, config, config_len);
+		rc = write_all(w->af.fd, config, config_len);
 	if (!rc)
-		rc = write_all(w->fd, zero, w->hdr.rec_off - sizeof(w->hdr) - config_len);
+		rc = write_all(w->af.fd, zero, w->hdr.rec_off - sizeof(w->hdr) - config_len);
 	if (rc) {
-		close(w->fd);
+		kvt_afile_abort(&w->af);
 		free(w->buf);
 		free(w);
 		return rc;
@@ -273,7 +273,7 @@ int kvt_trace_put(struct kvt_trace_writer *w, const struct kvt_trace_rec *r, siz
 	if (bytes >= w->cap / 4) {
 		/* A large block (the recorder's buffers) goes out as one write. */
 		if (!w->err)
-			w->err = write_all(w->fd, r, bytes);
+			w->err = write_all(w->af.fd, r, bytes);
 	} else {
 		memcpy(w->buf + w->n, r, bytes);
 		w->n += bytes;
@@ -290,15 +290,24 @@ int kvt_trace_finish(struct kvt_trace_writer *w)
 	wflush(w);
 	rc = w->err;
 	/* The header again: fields known only at the end (dropped). */
-	if (!rc && pwrite(w->fd, &w->hdr, sizeof(w->hdr), 0) != (ssize_t)sizeof(w->hdr))
+	if (!rc && pwrite(w->af.fd, &w->hdr, sizeof(w->hdr), 0) != (ssize_t)sizeof(w->hdr))
 		rc = errno ? -errno : -EIO;
-	if (!rc && fsync(w->fd) && errno != EINVAL && errno != EROFS)
-		rc = -errno;
-	if (close(w->fd) && !rc)
-		rc = -errno;
+	if (rc)
+		kvt_afile_abort(&w->af);
+	else
+		rc = kvt_afile_commit(&w->af, NULL, 0);
 	free(w->buf);
 	free(w);
 	return rc;
+}
+
+void kvt_trace_abort(struct kvt_trace_writer *w)
+{
+	if (!w)
+		return;
+	kvt_afile_abort(&w->af);
+	free(w->buf);
+	free(w);
 }
 
 /* ---------------------------------------------------------------------
@@ -394,8 +403,7 @@ int kvt_recorder_start(const char *path, const struct kvt_trace_hdr *hdr, const 
 	if (rc) {
 		pthread_mutex_destroy(&r->mu);
 		pthread_cond_destroy(&r->cv);
-		kvt_trace_finish(r->w);
-		unlink(path);
+		kvt_trace_abort(r->w);
 		goto fail;
 	}
 	*out = r;
@@ -736,13 +744,18 @@ static void in_close(struct infile *f)
 		munmap(f->map, f->n);
 }
 
+/* Finish the output (rc 0) or drop it (rc set: out stays as it was). */
 static int out_finish(struct kvt_trace_writer *w, int rc, const char *out, char *err, size_t errlen)
 {
-	int r2 = kvt_trace_finish(w);
-	if (!rc && r2)
+	int r2;
+
+	if (rc) {
+		kvt_trace_abort(w);
+		return rc;
+	}
+	r2 = kvt_trace_finish(w);
+	if (r2)
 		rc = kvt_errf(err, errlen, r2, "%s: %s", out, strerror(-r2));
-	if (rc)
-		unlink(out);
 	return rc;
 }
 
@@ -795,6 +808,7 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 	struct kmap last;
 	int64_t *next = NULL;
 	size_t nacc = 0, k;
+	struct kvt_afile af;
 	FILE *fo = NULL;
 	int rc, fresh;
 
@@ -825,9 +839,12 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 		next[k] = *v;
 		*v = (int64_t)k + 1;
 	}
-	fo = fopen(out, "wbe");
-	if (!fo) {
+	rc = kvt_afile_open(&af, out, 0644, err, errlen);
+	if (rc)
+		goto out;
+	if (!(fo = kvt_afile_stdio(&af))) {
 		rc = kvt_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
+		kvt_afile_abort(&af);
 		goto out;
 	}
 	setvbuf(fo, NULL, _IOFBF, WBUF_BYTES);
@@ -857,10 +874,10 @@ int kvt_trace_export_oracle(const char *in, const char *out, char *err, size_t e
 			break;
 		}
 	}
-	if (fclose(fo) && !rc)
-		rc = kvt_errf(err, errlen, -EIO, "%s: %s", out, strerror(errno));
 	if (rc)
-		unlink(out);
+		kvt_afile_abort(&af);
+	else
+		rc = kvt_afile_commit(&af, err, errlen);
 out:
 	kmap_free(&last);
 	free(next);

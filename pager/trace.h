@@ -145,17 +145,21 @@ struct kvt_trace {
 int  kvt_trace_open(const char *path, struct kvt_trace *t, char *err, size_t errlen);
 void kvt_trace_close(struct kvt_trace *t);
 
-/* Writing: buffered; records go out in order. kvt_trace_create creates
- * (or truncates) path and writes the header: hdr's magic, version,
- * hdr_size, rec_size, config_len, rec_off and config_hash are filled in
- * here, the rest is the caller's. */
+/* Writing: buffered; records go out in order. kvt_trace_create starts
+ * path's temporary (pager/afile.h: PATH.PID.tmp, never through a link)
+ * and writes the header: hdr's magic, version, hdr_size, rec_size,
+ * config_len, rec_off and config_hash are filled in here, the rest is the
+ * caller's. path itself appears only at kvt_trace_finish, whole. */
 struct kvt_trace_writer;
 int  kvt_trace_create(const char *path, const struct kvt_trace_hdr *hdr,
 		      const char *config, size_t config_len,
 		      struct kvt_trace_writer **w);
 int  kvt_trace_put(struct kvt_trace_writer *w, const struct kvt_trace_rec *r, size_t n);
-/* Flushes, fsyncs, closes; returns the first error seen, if any. */
+/* Flushes, fsyncs, closes and renames the trace into place; returns the
+ * first error seen, if any (then path is left as it was). */
 int  kvt_trace_finish(struct kvt_trace_writer *w);
+/* Drops the trace: the temporary goes, path is left as it was. */
+void kvt_trace_abort(struct kvt_trace_writer *w);
 
 /* What a trace says, counted the way the pager's statistics count it.
  * For traces recorded by the pager (source KVT_SRC_PAGER), hits and misses

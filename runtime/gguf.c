@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pager/afile.h"
 #include "runtime/gguf.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -922,20 +923,24 @@ int kvt_gguf_writer_write(struct kvt_gguf_writer *w, const char *path, char *err
 {
 	const uint32_t ver = KVT_GGUF_VERSION;
 	uint64_t i, off = 0, pos, n;
+	struct kvt_afile af;
 	FILE *f = NULL;
 	int ret = w->err;
 
 	if (ret) {
 		if (err && errlen)
 			snprintf(err, errlen, "%s: an earlier add failed: %s", path, strerror(-ret));
-		goto out;
+		return ret;
 	}
-	f = fopen(path, "wb");
-	if (!f) {
+	/* Written whole through a temporary, never through a link (afile.h). */
+	if ((ret = kvt_afile_open(&af, path, 0644, err, errlen)))
+		return ret;
+	if (!(f = kvt_afile_stdio(&af))) {
 		ret = -errno;
+		kvt_afile_abort(&af);
 		if (err && errlen)
 			snprintf(err, errlen, "%s: cannot create: %s", path, strerror(-ret));
-		goto out;
+		return ret;
 	}
 	ret = wr(f, "GGUF", 4);
 	ret = ret ? ret : wr(f, &ver, 4);
@@ -963,15 +968,11 @@ int kvt_gguf_writer_write(struct kvt_gguf_writer *w, const char *path, char *err
 	}
 	if (!ret)
 		ret = wr_pad(f, &pos);
-	if (!ret && fflush(f))
-		ret = -errno;
-	if (ret && err && errlen)
-		snprintf(err, errlen, "%s: write: %s", path, strerror(-ret));
-out:
-	if (f && fclose(f) && !ret) {
-		ret = -errno;
+	if (ret) {
+		kvt_afile_abort(&af);
 		if (err && errlen)
-			snprintf(err, errlen, "%s: close: %s", path, strerror(-ret));
+			snprintf(err, errlen, "%s: write: %s", path, strerror(-ret));
+		return ret;
 	}
-	return ret;
+	return kvt_afile_commit(&af, err, errlen);
 }

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "kernels/cpu/quants.h"
+#include "pager/afile.h"
 #include "runtime/gguf.h"
 #include "runtime/infer.h"
 
@@ -1508,51 +1509,6 @@ static int gather_layer(struct kvt_engine *e, struct kvt_session *s, unsigned la
 	return err;
 }
 
-/* A new temporary file at tmp, 0600, never through a symlink and never
- * over another's file: created with O_EXCL | O_NOFOLLOW. One left by a
- * save of ours that died (a regular file this user owns) is removed and
- * the create tried again; anything else there is refused. The fd, or
- * -errno with one line in err. */
-static int create_tmp(const char *tmp, char *err, size_t errlen)
-{
-	struct stat st;
-	int fd;
-
-	for (int tries = 0; tries < 2; tries++) {
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd >= 0 || errno != EEXIST)
-			break;
-		if (lstat(tmp, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
-			return efail(err, errlen, -EEXIST, "%s: exists and is not a file of ours "
-				     "left by an earlier save (a link, or another user's): not "
-				     "touched; remove it", tmp);
-		if (unlink(tmp) && errno != ENOENT)
-			break;
-	}
-	if (fd < 0)
-		return efail(err, errlen, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-	return fd;
-}
-
-/* fsync the directory that holds path. 0 or -errno. */
-static int sync_dir(const char *path)
-{
-	char dir[KVT_PATH_MAX];
-	const char *slash = strrchr(path, '/');
-	int fd, ret = 0;
-
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
-	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *path,
 		     char *err, size_t errlen)
 {
@@ -1566,10 +1522,10 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 	};
 	XXH3_state_t *st = XXH3_createState();
 	uint8_t *k = malloc(bytes ? bytes : 1), *v = malloc(bytes ? bytes : 1);
-	char tmp[KVT_PATH_MAX + 8];
+	struct kvt_afile af = { .fd = -1 };
 	uint64_t sum;
 	unsigned l;
-	int fd = -1, ret;
+	int fd, ret;
 
 	if (!st || !k || !v) {
 		ret = efail(err, errlen, -ENOMEM, "%s: out of memory", path);
@@ -1579,12 +1535,11 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 		ret = efail(err, errlen, s->err, "%s: the session has failed (%s)", path, strerror(-s->err));
 		goto out;
 	}
-	/* Write a temporary file and rename it, so a crash never leaves a torn session. */
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((fd = create_tmp(tmp, err, errlen)) < 0) {
-		ret = fd;
+	/* Through a temporary and a rename (pager/afile.h), so a crash never
+	 * leaves a torn session; 0600: the conversation is the user's. */
+	if ((ret = kvt_afile_open(&af, path, 0600, err, errlen)))
 		goto out;
-	}
+	fd = af.fd;
 	XXH3_64bits_reset(st);
 	if ((ret = write_all(fd, &h, sizeof(h), st)) ||
 	    (ret = write_all(fd, s->tokens, s->len * sizeof(int32_t), st)) ||
@@ -1602,29 +1557,14 @@ int kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *pa
 	sum = XXH3_64bits_digest(st);
 	if ((ret = write_all(fd, &sum, sizeof(sum), st)))
 		goto werr;
-	if (fsync(fd) < 0) {
-		ret = -errno;
-		goto werr;
-	}
-	close(fd);
-	fd = -1;
-	if (rename(tmp, path) < 0) {
-		ret = efail(err, errlen, -errno, "%s: cannot rename %s into place: %s",
-			    path, tmp, strerror(errno));
-		goto unlink;
-	}
-	/* The rename survives a power loss only once its directory is on disk. */
-	if ((ret = sync_dir(path)))
-		efail(err, errlen, ret, "%s: saved, but its directory could not be synced: %s",
-		      path, strerror(-ret));
+	/* fsync, rename into place, fsync the directory. */
+	ret = kvt_afile_commit(&af, err, errlen);
 	goto out;
 werr:
-	efail(err, errlen, ret, "%s: write failed: %s", tmp, strerror(-ret));
+	efail(err, errlen, ret, "%s: write failed: %s", af.tmp, strerror(-ret));
 unlink:
-	unlink(tmp);
+	kvt_afile_abort(&af);
 out:
-	if (fd >= 0)
-		close(fd);
 	XXH3_freeState(st);
 	free(k);
 	free(v);

@@ -143,7 +143,9 @@ int  kvt_session_error(const struct kvt_session *s);
 
 /* Save a session (tokens, K/V, last logits, checksummed) to path, and
  * restore one in another engine over the same model. -EINVAL with a
- * message for a file that is not a session of this model. */
+ * message for a file that is not a session of this model. A save goes
+ * through path's temporary, mode 0600, renamed into place (pager/afile.h):
+ * path is the old session or the new one, never a link followed. */
 int  kvt_session_save(struct kvt_engine *e, struct kvt_session *s, const char *path,
 		      char *err, size_t errlen);
 int  kvt_session_restore(struct kvt_engine *e, const char *path, struct kvt_session **out,

@@ -75,7 +75,7 @@ static inline void sim_open(struct sim *s, const struct kvt_policy_ops *ops, siz
 	s->hix = calloc(s->hmask, sizeof(*s->hix));
 	s->hmask--;
 	CHECK(s->meta && s->key && s->used && s->pin && s->hix);
-	CHECK_EQ(ops->init(&s->st, "", cap), 0);
+	CHECK_EQ(ops->init(&s->st, "", cap, NULL, 0), 0);
 }
 
 /* Replace the policy state with one made from params. */
@@ -83,7 +83,7 @@ static inline void sim_reinit(struct sim *s, const char *params)
 {
 	s->ops->destroy(s->st);
 	s->st = NULL;
-	CHECK_EQ(s->ops->init(&s->st, params, s->cap), 0);
+	CHECK_EQ(s->ops->init(&s->st, params, s->cap, NULL, 0), 0);
 	CHECK(s->st);
 }
 
@@ -409,7 +409,7 @@ static inline void check_all_pinned(const struct kvt_policy_ops *ops, size_t cap
 	void *st;
 
 	CHECK(meta);
-	CHECK_EQ(ops->init(&st, "", cap), 0);
+	CHECK_EQ(ops->init(&st, "", cap, NULL, 0), 0);
 	for (size_t k = 0; k < cap; k++) {
 		void *m = meta + k * ops->meta_size;
 
@@ -443,17 +443,28 @@ static inline void check_all_pinned(const struct kvt_policy_ops *ops, size_t cap
 }
 
 /* init(params) on a tier of cap gives want; on success the state is
- * destroyed again. */
+ * destroyed again; a refusal (-EINVAL) comes with one line of reason, and
+ * the same refusal without a buffer for it still fails cleanly. */
 static inline void check_params(const struct kvt_policy_ops *ops, size_t cap,
 				const char *params, int want)
 {
+	char why[256] = "";
 	void *st = NULL;
-	int r = ops->init(&st, params, cap);
+	int r = ops->init(&st, params, cap, why, sizeof(why));
 
 	if (r != want)
 		fprintf(stderr, "%s: params \"%s\": %d, expected %d\n", ops->name,
 			params ? params : "(null)", r, want);
 	CHECK_EQ(r, want);
+	if (r == -EINVAL) {
+		if (!why[0] || strchr(why, '\n'))
+			fprintf(stderr, "%s: params \"%s\": reason \"%s\"\n", ops->name,
+				params ? params : "(null)", why);
+		CHECK(why[0] && !strchr(why, '\n'));
+		CHECK_EQ(ops->init(&st, params, cap, NULL, 0), -EINVAL);
+		CHECK_EQ(ops->init(&st, params, cap, why, 1), -EINVAL);
+		CHECK_EQ(why[0], 0);
+	}
 	if (!r) {
 		CHECK(st);
 		ops->destroy(st);

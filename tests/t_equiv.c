@@ -348,14 +348,14 @@ static void test_save_restore(void)
 		CHECK_EQ(kvt_session_new(r.e, &s), 0);
 		CHECK_EQ(kvt_eval(r.e, s, prompt, 4, NULL, NULL), 0);
 		/* A link planted at the temporary name is neither followed nor
-		 * removed, and the save says why; a stale .tmp of our own (a
-		 * save that died) is replaced. */
+		 * removed, and the save says why; a stale temporary of our own
+		 * (a save that died: PATH.PID.tmp, pager/afile.h) is replaced. */
 		{
 			char tmp[600], victim[600];
 			struct stat st;
 			FILE *f;
 
-			snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+			snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
 			snprintf(victim, sizeof(victim), "%s.victim", path);
 			CHECK((f = fopen(victim, "w")) && fputs("keep me", f) >= 0 && !fclose(f));
 			CHECK(!symlink(victim, tmp));
@@ -366,8 +366,10 @@ static void test_save_restore(void)
 			printf("link at the temporary name refused: %s\n", err);
 			CHECK(!unlink(tmp) && !unlink(victim));
 			CHECK((f = fopen(tmp, "w")) && fputs("half a session", f) >= 0 && !fclose(f));
+			CHECK_EQ(kvt_session_save(r.e, s, path, err, sizeof(err)), 0);
+			CHECK(lstat(tmp, &st) && errno == ENOENT);
+			CHECK(!stat(path, &st) && (st.st_mode & 0777) == 0600);
 		}
-		CHECK_EQ(kvt_session_save(r.e, s, path, err, sizeof(err)), 0);
 		kvt_session_free(r.e, s);
 		rig_close(&r);
 		rig_open(&r, m2, &geos[3], NULL, n_ctx, 1);

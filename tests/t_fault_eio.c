@@ -14,6 +14,8 @@
  *  - closing the sequence frees everything, lost pages included.
  */
 #include <errno.h>
+#include <unistd.h>
+
 #include "fault_common.h"
 
 #ifndef FAULT_FLIP
@@ -82,6 +84,48 @@ static void check_lost_state(struct kvt_pager *p, kvt_seq_t h, uint8_t lost[LAYE
 	pthread_mutex_unlock(&p->lock);
 }
 
+/*
+ * kvt_pager_last_error names the last page lost: one of those reported,
+ * the cause (checksum mismatch for a flip, the read's -EIO otherwise),
+ * tier nvme and the offset of the page's copy there: what the file holds
+ * at that offset is that page's data (a flip happens in memory, after the
+ * read), so the offset is checked by reading it.
+ */
+static void check_last_error(struct kvt_pager *p, const struct kvt_config *cfg,
+			     uint8_t lost[LAYERS][NPG], unsigned nlost)
+{
+	struct kvt_pager_error e;
+	char line[256], want[128];
+	size_t stride = p->t[KVT_TIER_NVME].stride;
+	void *buf;
+
+	CHECK_EQ(kvt_pager_last_error(p, &e, line, sizeof(line)), FAULT_FLIP ? -EBADMSG : -EIO);
+	fprintf(stderr, "last error: %s\n", line);
+	CHECK_EQ(e.cause, FAULT_FLIP ? -EBADMSG : -EIO);
+	CHECK_EQ(e.tier, KVT_TIER_NVME);
+	CHECK_EQ(e.count, nlost);
+	CHECK(e.layer < LAYERS && e.index < NPG && lost[e.layer][e.index]);
+	CHECK_EQ(e.bytes, p->page_bytes);
+	CHECK_EQ(e.offset % stride, 0);
+	CHECK(strstr(line, FAULT_FLIP ? "checksum mismatch" : "Input/output error"));
+	CHECK(strstr(line, "tier nvme"));
+	snprintf(want, sizeof(want), "at offset %llu ", (unsigned long long)e.offset);
+	CHECK(strstr(line, want));
+	snprintf(want, sizeof(want), "page %u (seq %u, layer %u, index %u) lost", e.page, e.seq,
+		 e.layer, e.index);
+	CHECK(strstr(line, want));
+
+	CHECK_EQ(posix_memalign(&buf, 4096, stride), 0);
+	CHECK_EQ(pread(kvt_nvme_fd(p->nvme), buf, stride, (off_t)e.offset), (ssize_t)stride);
+	struct kvt_device *dev = t_dev;
+	struct kvt_view v = { .k = buf, .v = (char *)buf + p->half, .page = e.index,
+			      .ntok = cfg->page_tokens, .tier = KVT_TIER_NVME };
+	t_dev = NULL;		/* buf is host memory */
+	CHECK(t_check_view(cfg, SEED, e.layer, &v) == 0);
+	t_dev = dev;
+	free(buf);
+}
+
 int main(void)
 {
 	struct kvt_config cfg;
@@ -139,6 +183,7 @@ int main(void)
 	/* Lost pages hold no frame; the others are still somewhere. */
 	CHECK_EQ(st.pages, LAYERS * NPG);
 	t_check_inv(p);
+	check_last_error(p, &cfg, lost1, n1);
 
 	/* Lost is permanent; the rest is served, from any tier. */
 	kvt_pager_step(p);

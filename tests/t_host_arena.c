@@ -230,6 +230,9 @@ static int mlock_child(void)
 	}
 	CHECK(ret == -EPERM || ret == -ENOMEM || ret == -EAGAIN);
 	CHECK(a.base == NULL);
+	/* The reason comes first and names the limit. */
+	CHECK(ret != -EPERM || !strncmp(a.notes, "mlock=on: RLIMIT_MEMLOCK is 65536 bytes, the host tier needs ",
+		       strlen("mlock=on: RLIMIT_MEMLOCK is 65536 bytes, the host tier needs ")));
 
 	CHECK_EQ(kvt_host_arena_open(&a, MiB, KVT_HUGE_AUTO, KVT_AUTO, KVT_NUMA_ANY, 1), 0);
 	printf("mlock AUTO over a 64 KiB limit: mlocked=%d notes=\"%s\"\n",

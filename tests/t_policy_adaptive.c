@@ -338,15 +338,15 @@ static void test_params(void)
 	check_params_all(&kvt_policy_arc, 16, arc_bad, N(arc_bad), -EINVAL);
 
 	/* NULL params are no params; capacity 0 and 1 work. */
-	CHECK_EQ(kvt_policy_2q.init(&st, NULL, 0), 0);
+	CHECK_EQ(kvt_policy_2q.init(&st, NULL, 0, NULL, 0), 0);
 	kvt_policy_2q.destroy(st);
-	CHECK_EQ(kvt_policy_slru.init(&st, NULL, 1), 0);
+	CHECK_EQ(kvt_policy_slru.init(&st, NULL, 1, NULL, 0), 0);
 	kvt_policy_slru.destroy(st);
-	CHECK_EQ(kvt_policy_arc.init(&st, NULL, 0), 0);
+	CHECK_EQ(kvt_policy_arc.init(&st, NULL, 0, NULL, 0), 0);
 	kvt_policy_arc.destroy(st);
 
 	/* From a full spec. */
-	CHECK_EQ(kvt_policy_2q.init(&st, kvt_policy_params("2q:kin=10,kout=20"), 16), 0);
+	CHECK_EQ(kvt_policy_2q.init(&st, kvt_policy_params("2q:kin=10,kout=20"), 16, NULL, 0), 0);
 	kvt_policy_2q.destroy(st);
 
 	/* Once registered, the names lead to these tables. */

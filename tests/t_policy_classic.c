@@ -293,7 +293,7 @@ static void test_params(void)
 		CHECK(classic[i]->meta_size <= 32);
 		check_params(classic[i], 100, "", 0);
 		st = NULL;
-		CHECK_EQ(classic[i]->init(&st, NULL, 8), 0);	/* NULL reads as "" */
+		CHECK_EQ(classic[i]->init(&st, NULL, 8, NULL, 0), 0);	/* NULL reads as "" */
 		classic[i]->destroy(st);
 	}
 	check_params_all(&kvt_policy_fifo, 100, none_bad, N(none_bad), -EINVAL);
@@ -304,7 +304,7 @@ static void test_params(void)
 	check_params_all(&kvt_policy_s3fifo, 100, s3_bad, N(s3_bad), -EINVAL);
 	/* Tiny capacities still give S and G one entry each. */
 	for (size_t cap = 1; cap <= 3; cap++) {
-		CHECK_EQ(kvt_policy_s3fifo.init(&st, "small=99", cap), 0);
+		CHECK_EQ(kvt_policy_s3fifo.init(&st, "small=99", cap, NULL, 0), 0);
 		kvt_policy_s3fifo.destroy(st);
 	}
 }

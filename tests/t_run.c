@@ -233,6 +233,11 @@ int main(void)
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
 		     "--policy host=s3fifo:small=20 2>&1", bin, model, path, dir), 0);
 	CHECK(strstr(out, "policy auto/s3fifo:small=20/auto,"));
+	/* A bad policy parameter: the failure line names it and its range. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--policy host=s3fifo:small=150 2>&1", bin, model, path, dir), 1);
+	CHECK(strstr(out, "kvt-run: cannot open the pager: tier.host.policy = s3fifo:small=150: "
+		      "small=150: must be 1..99 (percent of the tier)\n"));
 
 	/* The device: cpu by name, and the line that says which, with the
 	 * kernels it runs; cuda by name either runs on a GPU or fails with

@@ -215,7 +215,7 @@ static void log_add(const char *fmt, ...)
 	va_end(ap);
 }
 
-static int tlog_init(void **st, const char *params, size_t cap)
+static int tlog_init(void **st, const char *params, size_t cap, char *err, size_t errlen)
 {
 	struct tlog *l = calloc(1, sizeof(*l));
 	(void)params;
@@ -496,7 +496,7 @@ struct bel {
 	size_t cap, n;
 };
 
-static int bel_init(void **st, const char *params, size_t cap)
+static int bel_init(void **st, const char *params, size_t cap, char *err, size_t errlen)
 {
 	struct bel *b = calloc(1, sizeof(*b));
 	(void)params;

@@ -23,10 +23,17 @@
 
 typedef _Float16 half;
 
+/* While the pager opens, its first error is held back to end the "cannot
+ * open the pager" line: the one line that says why. */
+static int hold_error;
+static char held_error[512];
+
 static void log_cb(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (level <= KVT_LOG_WARN)
+	if (hold_error && level == KVT_LOG_ERROR && !held_error[0])
+		snprintf(held_error, sizeof(held_error), "%s", msg);
+	else if (level <= KVT_LOG_WARN)
 		fprintf(stderr, "kvt-demo: %s\n", msg);
 }
 
@@ -199,10 +206,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvt-demo: out of memory\n");
 		return 1;
 	}
-	if ((r = kvt_pager_open(&cfg, dev, &p))) {
-		fprintf(stderr, "kvt-demo: cannot open the pager: %s\n", strerror(-r));
+	hold_error = 1;
+	r = kvt_pager_open(&cfg, dev, &p);
+	hold_error = 0;
+	if (r) {
+		fprintf(stderr, "kvt-demo: cannot open the pager: %s\n",
+			held_error[0] ? held_error : strerror(-r));
 		return 1;
 	}
+	if (held_error[0])
+		fprintf(stderr, "kvt-demo: %s\n", held_error);
 	if ((r = kvt_seq_open(p, &s))) {
 		fprintf(stderr, "kvt-demo: %s\n", strerror(-r));
 		return 1;
@@ -276,7 +289,12 @@ int main(int argc, char **argv)
 			}
 			while ((r = kvt_batch_next(b, &vw)) != 0) {
 				if (r < 0) {
-					fprintf(stderr, "\nkvt-demo: page %u of layer %u: %s\n", vw.page, l, strerror(-r));
+					char lost[320] = "";
+
+					if (r == -EIO)
+						kvt_pager_last_error(p, NULL, lost, sizeof(lost));
+					fprintf(stderr, "\nkvt-demo: page %u of layer %u: %s%s%s\n", vw.page, l,
+						strerror(-r), lost[0] ? ": " : "", lost);
 					return 1;
 				}
 				const half *pk = vw.k, *pv = vw.v;

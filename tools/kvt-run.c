@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <kvt/pager.h>
+#include "pager/afile.h"
 #include "runtime/infer.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
@@ -49,6 +50,9 @@ static const char *prog = "kvt-run";
  * NVMe file it created) on an error exit, and that file on a signal. */
 static struct kvt_pager *live_pager;
 static char created_path[KVT_PATH_MAX];
+/* --dump-logits goes to a temporary, renamed into place at the end
+ * (pager/afile.h); an error exit removes it. */
+static struct kvt_afile dump_file = { .fd = -1 };
 
 static void usage(FILE *f)
 {
@@ -99,7 +103,8 @@ static void usage(FILE *f)
 		"                        float32 rows of n_vocab: per step, one row for each\n"
 		"                        sequence still generating, in sequence order\n"
 		"      --json            one JSON object on stdout: text, ids, timings, stats\n"
-		"      --metrics FILE    the pager's final stats in Prometheus text format\n"
+		"      --metrics FILE    the pager's stats in Prometheus text format, rewritten\n"
+		"                        every second of decode and at the end\n"
 		"      --control PATH    serve the control socket (kvtctl) at PATH while running;\n"
 		"                        \"default\": $XDG_RUNTIME_DIR/kvtier.sock or the like\n"
 		"      --trace FILE      record what the pager does, from its open to the end, into\n"
@@ -108,6 +113,23 @@ static void usage(FILE *f)
 		"      --print-config    print the effective configuration and exit\n"
 		"      --tokenize        print the prompt's token ids (what --prompt-ids reads) and\n"
 		"                        exit\n");
+}
+
+/* What lies behind an -EIO from the pager, as ": page 7 (...) lost:
+ * checksum mismatch reading tier nvme at offset ..."; "" for any other
+ * error, or when the pager lost no page. */
+static const char *lost_page(int r)
+{
+	static char line[320];
+
+	line[0] = 0;
+	if (r == -EIO && live_pager) {
+		line[0] = ':';
+		line[1] = ' ';
+		if (!kvt_pager_last_error(live_pager, NULL, line + 2, sizeof(line) - 2))
+			line[0] = 0;
+	}
+	return line;
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -121,8 +143,31 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	kvt_afile_abort(&dump_file);
 	kvt_pager_close(live_pager);
 	exit(1);
+}
+
+/* --metrics: the pager's stats in the Prometheus text format, the file
+ * replaced whole (a temporary renamed over it) so that a reader such as
+ * node_exporter's textfile collector never sees half of it. 0, or 1 after
+ * a message. */
+static int write_metrics(struct kvt_pager *pg, const char *path)
+{
+	static char text[65536];
+	struct kvt_stats st;
+	char err[600];
+	int n;
+
+	if ((n = kvt_pager_stats(pg, &st)) || (n = kvt_stats_prometheus(&st, text, sizeof(text))) < 0) {
+		fprintf(stderr, "%s: --metrics %s: %s\n", prog, path, strerror(-n));
+		return 1;
+	}
+	if (kvt_afile_put(path, 0644, text, (size_t)n, err, sizeof(err))) {
+		fprintf(stderr, "%s: --metrics %s\n", prog, err);
+		return 1;
+	}
+	return 0;
 }
 
 static void on_signal(int sig)
@@ -208,9 +253,18 @@ static void set_policy(struct opts *o, const char *arg)
 	}
 }
 
+/* While the pager opens, its first error is held back to end the "cannot
+ * open the pager" line: the one line that says why. */
+static int hold_error;
+static char held_error[512];
+
 static void log_cb(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	if (hold_error && level == KVT_LOG_ERROR && !held_error[0]) {
+		snprintf(held_error, sizeof(held_error), "%s", msg);
+		return;
+	}
 	if (level <= KVT_LOG_WARN) {
 		cli_bar_done();
 		fprintf(stderr, "%s: %s\n", prog, msg);
@@ -522,10 +576,10 @@ int main(int argc, char **argv)
 	struct out_seq out[MAX_BATCH];
 	int32_t *prompt = NULL;
 	unsigned n_prompt = 0, i, step, n_steps = 0, n_fed = 0;	/* n_fed: tokens the decode steps ran */
-	double t_load, t_prefill = 0, t_decode = 0, t0;
+	double t_load, t_prefill = 0, t_decode = 0, t0, t_metrics = 0;
 	FILE *dump = NULL;
 	char err[1024], hb[4][32], kernels[160];
-	int c, r, t, save_failed = 0;
+	int c, r, t, save_failed = 0, metrics_failed = 0;
 
 	kvt_config_default(&o.cfg);
 	kvt_engine_params_default(&o.ep);
@@ -736,8 +790,12 @@ int main(int argc, char **argv)
 	}
 	if (!o.dense)
 		check_nvme_path(o.cfg.nvme_path);
-	if (o.dump_logits && !(dump = fopen(o.dump_logits, "wb")))
-		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+	if (o.dump_logits) {
+		if (kvt_afile_open(&dump_file, o.dump_logits, 0644, err, sizeof(err)))
+			die("--dump-logits %s", err);
+		if (!(dump = kvt_afile_stdio(&dump_file)))
+			die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+	}
 
 	if (!o.dense) {
 		char why[1024];
@@ -751,8 +809,13 @@ int main(int argc, char **argv)
 		signal(SIGTERM, on_signal);
 		signal(SIGHUP, on_signal);
 		signal(SIGPIPE, on_signal);
-		if ((r = kvt_pager_open(&o.cfg, dev, &pg)))
-			die("cannot open the pager: %s", strerror(-r));
+		hold_error = 1;
+		r = kvt_pager_open(&o.cfg, dev, &pg);
+		hold_error = 0;
+		if (r)
+			die("cannot open the pager: %s", held_error[0] ? held_error : strerror(-r));
+		if (held_error[0])
+			fprintf(stderr, "%s: %s\n", prog, held_error);
 		live_pager = pg;
 		if (o.trace && (r = kvt_pager_trace_start(pg, o.trace)))
 			die("--trace %s: %s", o.trace, strerror(-r));
@@ -797,7 +860,7 @@ int main(int argc, char **argv)
 		if (r == -ERANGE)
 			die("the prompt does not fit the context of %u tokens: raise --ctx", o.n_ctx);
 		if (r)
-			die("prefill failed: %s", strerror(-r));
+			die("prefill failed: %s%s", strerror(-r), lost_page(r));
 	}
 	if (!kvt_session_logits(ss[0]))
 		die("the restored conversation has no logits to continue from: give a prompt");
@@ -835,8 +898,9 @@ int main(int argc, char **argv)
 				out[i].done = 1;
 				out[i].err = kvt_session_error(ss[i]);
 				cli_bar_done();
-				fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
-					strerror(-out[i].err), o.batch > 1 ? "; the others go on" : "");
+				fprintf(stderr, "%s: sequence %u ended: %s%s%s\n", prog, i,
+					strerror(-out[i].err), lost_page(out[i].err),
+					o.batch > 1 ? "; the others go on" : "");
 				continue;
 			}
 			id = kvt_sample(smp[i], lg);
@@ -867,9 +931,15 @@ int main(int argc, char **argv)
 			break;
 		r = kvt_decode(e, run, feed, nrun);
 		if (r < 0)
-			die("decode failed: %s", strerror(-r));
+			die("decode failed: %s%s", strerror(-r), lost_page(r));
 		n_steps++;
 		n_fed += nrun;
+		/* --metrics is rewritten as the run goes, at most once a second;
+		 * after a failure (said once) only the final write is tried. */
+		if (o.metrics && pg && !metrics_failed && cli_now() - t_metrics >= 1.0) {
+			t_metrics = cli_now();
+			metrics_failed = write_metrics(pg, o.metrics);
+		}
 		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
 		/* Text streaming to a terminal is its own progress; otherwise a bar. */
 		if (o.batch > 1 || o.json || !isatty(1))
@@ -880,12 +950,13 @@ int main(int argc, char **argv)
 	for (i = 0; i < o.batch; i++)
 		if (!out[i].err && kvt_session_error(ss[i])) {
 			out[i].err = kvt_session_error(ss[i]);
-			fprintf(stderr, "%s: sequence %u ended: %s\n", prog, i, strerror(-out[i].err));
+			fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
+				strerror(-out[i].err), lost_page(out[i].err));
 		}
 	if (o.batch == 1 && !o.json)
 		fputc('\n', stdout);
-	if (dump && fclose(dump))
-		die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+	if (dump && kvt_afile_commit(&dump_file, err, sizeof(err)))
+		die("--dump-logits %s", err);
 
 
 	{
@@ -964,17 +1035,8 @@ int main(int argc, char **argv)
 					100.0 * es.pages_skipped / (es.pages_attended + es.pages_skipped) : 0.0,
 					es.select_ns / 1e6, mib(es.bound_bytes));
 		}
-		if (o.metrics && pg) {
-			static char text[65536];
-			FILE *f = fopen(o.metrics, "w");
-			int n = kvt_stats_prometheus(&st, text, sizeof(text));
-
-			if (!f || n < 0 || fwrite(text, 1, (size_t)n, f) != (size_t)n || fclose(f)) {
-				fprintf(stderr, "%s: --metrics %s: %s\n", prog, o.metrics,
-					n < 0 ? strerror(-n) : strerror(errno));
-				save_failed = 1;
-			}
-		}
+		if (o.metrics && pg)
+			save_failed |= write_metrics(pg, o.metrics);
 	}
 	/* Saved after the results are out, so a failed save loses none of them. */
 	if (o.save && !out[0].err && kvt_session_save(e, ss[0], o.save, err, sizeof(err))) {

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pager/afile.h"
 #include "pager/policy.h"
 #include "pager/sim.h"
 #include "pager/trace.h"
@@ -612,21 +613,27 @@ static int cmd_run(int argc, char **argv)
  * mrc
  */
 
-static int write_plot(const char *out, const struct kvt_sim_point *pt, unsigned np,
-		      unsigned ns, int by_pct, uint32_t npages, const char *title)
+/* Write the gnuplot script for out (pass 0: pngcairo or svg; 1: png). The
+ * script names out, unless gnuplot is given out='...' first (-e): that is
+ * how the image goes to its temporary. 0, or 1 after a message. */
+static int write_script(const char *script, const char *out, int svg, int pass,
+			const struct kvt_sim_point *pt, unsigned np, unsigned ns, int by_pct,
+			uint32_t npages, const char *title)
 {
-	char script[4096];
-	const char *dot = strrchr(out, '.');
-	int svg = dot && !strcmp(dot, ".svg");
+	const char *term = svg ? "svg size 960,600 dynamic noenhanced font 'Helvetica,13'"
+		: pass == 0 ? "pngcairo size 960,600 noenhanced font ',11'"
+			    : "png size 960,600 noenhanced";
+	struct kvt_afile a;
 	double lo = 0, hi = 0;
+	char err[600];
 	FILE *f;
 
-	if (!dot || (strcmp(dot, ".png") && !svg))
-		return die("--plot %s: want a name ending in .png or .svg", out);
-	snprintf(script, sizeof(script), "%s.gp", out);
-	f = fopen(script, "w");
-	if (!f)
+	if (kvt_afile_open(&a, script, 0644, err, sizeof(err)))
+		return die("%s", err);
+	if (!(f = kvt_afile_stdio(&a))) {
+		kvt_afile_abort(&a);
 		return die("%s: %s", script, strerror(errno));
+	}
 	for (unsigned i = 0; i < np * ns; i++) {
 		double x = by_pct ? 100.0 * (double)pt[i].frames / npages : (double)pt[i].frames;
 		if (!i || x < lo)
@@ -634,52 +641,127 @@ static int write_plot(const char *out, const struct kvt_sim_point *pt, unsigned 
 		if (x > hi)
 			hi = x;
 	}
+	fprintf(f, "# kvt-sim mrc: miss ratio against size, one line per policy\n");
+	fprintf(f, "if (!exists('out')) out = '%s'\n", out);
+	fprintf(f, "set terminal %s\nset output out\n", term);
+	fprintf(f, "set title '%s'\n", title);
+	fprintf(f, "set xlabel '%s'\nset ylabel 'miss ratio'\n",
+		by_pct ? "cache size (% of the pages in the trace)" : "cache size (pages)");
+	fprintf(f, "set yrange [0:1.05]\nset grid\nset key outside right top\n");
+	if (lo > 0 && hi / lo >= 20)
+		fprintf(f, "set logscale x\n");
+	fprintf(f, "set autoscale xfix\nset offsets graph 0.03, graph 0.03, 0, 0\n");
+	for (unsigned p = 0; p < np; p++) {
+		fprintf(f, "$d%u << EOD\n", p);
+		for (unsigned s = 0; s < ns; s++) {
+			const struct kvt_sim_point *x = &pt[p * ns + s];
+			fprintf(f, "%.6g %.6f\n",
+				by_pct ? 100.0 * (double)x->frames / npages : (double)x->frames,
+				x->miss_ratio);
+		}
+		fprintf(f, "EOD\n");
+	}
+	fprintf(f, "plot ");
+	for (unsigned p = 0; p < np; p++)
+		fprintf(f, "%s$d%u using 1:2 with linespoints lw 2 pt %u title '%s'",
+			p ? ", \\\n     " : "", p, 1 + p % 12, pt[p * ns].policy);
+	fprintf(f, "\n");
+	if (ferror(f)) {
+		kvt_afile_abort(&a);
+		return die("%s: write failed", script);
+	}
+	if (kvt_afile_commit(&a, err, sizeof(err)))
+		return die("%s", err);
+	return 0;
+}
+
+/* The plot out (.png or .svg) and its script OUT.gp, both written whole
+ * (pager/afile.h): gnuplot draws into out's temporary, renamed into place
+ * once gnuplot succeeds. */
+static int write_plot(const char *out, const struct kvt_sim_point *pt, unsigned np,
+		      unsigned ns, int by_pct, uint32_t npages, const char *title)
+{
+	char script[4096], err[600];
+	const char *dot = strrchr(out, '.');
+	int svg = dot && !strcmp(dot, ".svg");
+
+	if (!dot || (strcmp(dot, ".png") && !svg))
+		return die("--plot %s: want a name ending in .png or .svg", out);
+	snprintf(script, sizeof(script), "%s.gp", out);
 	for (int pass = 0; pass < 2; pass++) {
-		const char *term = svg ? "svg size 960,600 dynamic noenhanced font 'Helvetica,13'"
-			: pass == 0 ? "pngcairo size 960,600 noenhanced font ',11'"
-				    : "png size 960,600 noenhanced";
+		struct kvt_afile img;
+
 		if (pass && svg)
 			break;
-		if (pass) {
-			f = fopen(script, "w");
-			if (!f)
-				return die("%s: %s", script, strerror(errno));
-		}
-		fprintf(f, "# kvt-sim mrc: miss ratio against size, one line per policy\n");
-		fprintf(f, "set terminal %s\nset output '%s'\n", term, out);
-		fprintf(f, "set title '%s'\n", title);
-		fprintf(f, "set xlabel '%s'\nset ylabel 'miss ratio'\n",
-			by_pct ? "cache size (% of the pages in the trace)" : "cache size (pages)");
-		fprintf(f, "set yrange [0:1.05]\nset grid\nset key outside right top\n");
-		if (lo > 0 && hi / lo >= 20)
-			fprintf(f, "set logscale x\n");
-		fprintf(f, "set autoscale xfix\nset offsets graph 0.03, graph 0.03, 0, 0\n");
-		for (unsigned p = 0; p < np; p++) {
-			fprintf(f, "$d%u << EOD\n", p);
-			for (unsigned s = 0; s < ns; s++) {
-				const struct kvt_sim_point *x = &pt[p * ns + s];
-				fprintf(f, "%.6g %.6f\n",
-					by_pct ? 100.0 * (double)x->frames / npages : (double)x->frames,
-					x->miss_ratio);
-			}
-			fprintf(f, "EOD\n");
-		}
-		fprintf(f, "plot ");
-		for (unsigned p = 0; p < np; p++)
-			fprintf(f, "%s$d%u using 1:2 with linespoints lw 2 pt %u title '%s'",
-				p ? ", \\\n     " : "", p, 1 + p % 12, pt[p * ns].policy);
-		fprintf(f, "\n");
-		if (fclose(f))
-			return die("%s: %s", script, strerror(errno));
+		if (write_script(script, out, svg, pass, pt, np, ns, by_pct, npages, title))
+			return 1;
 		if (system("command -v gnuplot >/dev/null 2>&1") != 0)
 			return die("gnuplot is not installed (apt-get install gnuplot-nox): no %s; "
 				   "the script is %s, and the CSV/JSON were written", out, script);
-		char cmd[4200];
-		snprintf(cmd, sizeof(cmd), "gnuplot '%s' 2>/dev/null", script);
-		if (system(cmd) == 0)
+		/* gnuplot writes the temporary by name: the same file as img.fd,
+		 * which the commit then syncs and renames. */
+		if (kvt_afile_open(&img, out, 0644, err, sizeof(err)))
+			return die("%s", err);
+		char cmd[9000];
+		snprintf(cmd, sizeof(cmd), "gnuplot -e \"out='%s'\" '%s' 2>/dev/null", img.tmp, script);
+		if (system(cmd) == 0) {
+			if (kvt_afile_commit(&img, err, sizeof(err)))
+				return die("%s", err);
 			return 0;
+		}
+		kvt_afile_abort(&img);
 	}
 	return die("gnuplot failed on %s (run it by hand to see why): no %s", script, out);
+}
+
+/* Text output path through fn, or to stdout for "-". 0, or 1 after a
+ * message naming flag. */
+static int write_text(const char *flag, const char *path,
+		      void (*fn)(FILE *f, const void *arg), const void *arg)
+{
+	struct kvt_afile a;
+	char err[600];
+	FILE *f;
+
+	if (!strcmp(path, "-")) {
+		fn(stdout, arg);
+		return fflush(stdout) ? die("%s: stdout: %s", flag, strerror(errno)) : 0;
+	}
+	if (kvt_afile_open(&a, path, 0644, err, sizeof(err)))
+		return die("%s %s", flag, err);
+	if (!(f = kvt_afile_stdio(&a))) {
+		kvt_afile_abort(&a);
+		return die("%s %s: %s", flag, path, strerror(errno));
+	}
+	fn(f, arg);
+	if (ferror(f)) {
+		kvt_afile_abort(&a);
+		return die("%s %s: write failed", flag, path);
+	}
+	if (kvt_afile_commit(&a, err, sizeof(err)))
+		return die("%s %s", flag, err);
+	return 0;
+}
+
+struct mrc_out {
+	const struct kvt_sim_point *pt;
+	size_t n;
+	uint32_t npages;
+	const char *path;
+};
+
+static void mrc_csv(FILE *f, const void *arg)
+{
+	const struct mrc_out *o = arg;
+
+	kvt_sim_mrc_csv(f, o->pt, o->n, o->npages);
+}
+
+static void mrc_json(FILE *f, const void *arg)
+{
+	const struct mrc_out *o = arg;
+
+	kvt_sim_mrc_json(f, o->pt, o->n, o->npages, o->path);
 }
 
 static int cmd_mrc(int argc, char **argv)
@@ -746,11 +828,13 @@ static int cmd_mrc(int argc, char **argv)
 		return bad_usage("--sizes: want 1..%d comma-separated sizes", MAX_LIST);
 	for (int i = 0; i < np; i++) {
 		const struct kvt_policy_ops *o = kvt_policy_find(pol[i]);
+		char why[256] = "";
 		void *st;
 		if (!o)
 			return bad_usage("--policies: no such policy '%s'", pol[i]);
-		if (o->init(&st, kvt_policy_params(pol[i]), 64))
-			return bad_usage("--policies: '%s': bad parameters", pol[i]);
+		if (o->init(&st, kvt_policy_params(pol[i]), 64, why, sizeof(why)))
+			return bad_usage("--policies: '%s': %s", pol[i],
+					 why[0] ? why : "bad parameters");
 		o->destroy(st);
 	}
 	int by_pct = 1;
@@ -830,26 +914,11 @@ static int cmd_mrc(int argc, char **argv)
 	}
 
 	int rc = 0;
-	if (csv) {
-		FILE *f = strcmp(csv, "-") ? fopen(csv, "w") : stdout;
-		if (!f) {
-			rc = die("--csv %s: %s", csv, strerror(errno));
-		} else {
-			kvt_sim_mrc_csv(f, pt, (size_t)np * ns, t.npages);
-			if (f != stdout && fclose(f))
-				rc = die("--csv %s: %s", csv, strerror(errno));
-		}
-	}
-	if (jsn) {
-		FILE *f = strcmp(jsn, "-") ? fopen(jsn, "w") : stdout;
-		if (!f) {
-			rc = die("--json %s: %s", jsn, strerror(errno));
-		} else {
-			kvt_sim_mrc_json(f, pt, (size_t)np * ns, t.npages, path);
-			if (f != stdout && fclose(f))
-				rc = die("--json %s: %s", jsn, strerror(errno));
-		}
-	}
+	const struct mrc_out mo = { pt, (size_t)np * ns, t.npages, path };
+	if (csv && write_text("--csv", csv, mrc_csv, &mo))
+		rc = 1;
+	if (jsn && write_text("--json", jsn, mrc_json, &mo))
+		rc = 1;
 	char ttl[512];
 	const char *base = strrchr(path, '/');
 	if (title)
@@ -882,6 +951,8 @@ static int write_oracle(const char *out, const uint64_t *keys, const uint64_t *s
 	struct kvt_sim_trace t;
 	int64_t *next;
 	uint32_t *last;
+	struct kvt_afile a;
+	char err[600];
 	FILE *f;
 	int r = kvt_sim_trace_keys(&t, keys, n);
 
@@ -903,8 +974,12 @@ static int write_oracle(const char *out, const uint64_t *keys, const uint64_t *s
 		next[i] = last[id] == UINT32_MAX ? -1 : (int64_t)last[id] + 1;
 		last[id] = (uint32_t)i;
 	}
-	f = fopen(out, "w");
-	if (!f) {
+	if (kvt_afile_open(&a, out, 0644, err, sizeof(err))) {
+		r = die("%s", err);
+		goto done;
+	}
+	if (!(f = kvt_afile_stdio(&a))) {
+		kvt_afile_abort(&a);
 		r = die("%s: %s", out, strerror(errno));
 		goto done;
 	}
@@ -922,8 +997,12 @@ static int write_oracle(const char *out, const uint64_t *keys, const uint64_t *s
 			k = 0;
 		}
 	}
-	if (ferror(f) | fclose(f))
-		r = die("%s: write failed: %s", out, strerror(errno));
+	if (ferror(f)) {
+		kvt_afile_abort(&a);
+		r = die("%s: write failed", out);
+	} else if (kvt_afile_commit(&a, err, sizeof(err))) {
+		r = die("%s", err);
+	}
 done:
 	free(next);
 	free(last);

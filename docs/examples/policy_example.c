@@ -23,14 +23,18 @@ struct layerlru {
 	uint64_t keep;
 };
 
-static int ll_init(void **state, const char *params, size_t capacity)
+/* keep=N, 0..1024 layers: a bad value gets a line in err naming it. */
+static int ll_init(void **state, const char *params, size_t capacity,
+		   char *err, size_t errlen)
 {
 	uint64_t keep = 1;
-	const struct seg_param known[] = { { .key = "keep", .num = &keep, .num_max = 1024 } };
+	const struct seg_param known[] = {
+		{ .key = "keep", .num = &keep, .num_max = 1024, .what = "layers" },
+	};
 	struct layerlru *s;
 
 	(void)capacity;
-	if (seg_params_parse(params, known, 1))
+	if (seg_params_parse(params, known, 1, err, errlen))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

@@ -153,6 +153,31 @@ int  kvt_prefetch(struct kvt_pager *p, kvt_seq_t s, unsigned layer,
 /* Demote everything out of a tier (fast or host) and wait. */
 int  kvt_pager_drain(struct kvt_pager *p, int tier);
 
+/* Why the pager last lost a page (a page it will not serve: its readers
+ * get -EIO). Lost pages are also counted in kvt_stats (lost_pages,
+ * csum_failures, io_errors); this keeps the detail of the latest. */
+struct kvt_pager_error {
+	int	 cause;		/* 0: none yet; -EBADMSG: the data read back does not
+				 * match its XXH3 checksum; -ENODATA: the read came
+				 * back short (the file ends early); another -errno:
+				 * the read failed with it (-EIO) */
+	int	 tier;		/* where the bad copy was: KVT_TIER_NVME */
+	uint64_t offset;	/* its byte offset in that tier (the NVMe file or device) */
+	uint32_t bytes;		/* its length */
+	uint32_t page;		/* the page id (slot) */
+	uint32_t seq, layer, index;	/* the page's sequence, layer and index in the
+				 * layer's table (when it was created) */
+	uint64_t step;		/* the pager's decode step at the time */
+	uint64_t count;		/* pages lost so far */
+};
+/* Fill e (may be NULL) with the last page lost, and write it as one line
+ * into buf (len bytes, always terminated; buf may be NULL): "page 7 (seq 0,
+ * layer 1, index 3) lost: checksum mismatch reading tier nvme at offset
+ * 458752 (65536 bytes)". Returns its cause: 0 when no page was lost (buf
+ * then holds ""), else a -errno as in e->cause. */
+int  kvt_pager_last_error(struct kvt_pager *p, struct kvt_pager_error *e,
+			  char *buf, size_t len);
+
 /* Statistics */
 #define KVT_LAT_BUCKETS 24		/* log2 microsecond buckets: <1us .. >=2^22us */
 
@@ -244,7 +269,9 @@ const char *kvt_tier_name(int tier);	/* "fast", "host", "nvme" */
 
 /* Traces (docs/trace-format.md): record what the pager does, one 48-byte
  * record per event (page lookups, creations, frees, moves, steps, scores,
- * losses), into path (created or truncated). The header carries the
+ * losses), into path: written as path's temporary (PATH.PID.tmp, never
+ * through a link) and renamed over path, whole, when the trace stops; a
+ * FIFO at path is written in place. The header carries the
  * geometry, the frames per tier, the policies and the configuration text.
  * Records are appended to memory under the pager's lock and written by a
  * thread of their own; if the disk falls behind by more than 48 MiB,

@@ -58,20 +58,22 @@ struct arc {
 
 /* params must be "" (ARC adapts itself): -EINVAL otherwise, and for a
  * capacity too large for the ghost's indices; -ENOMEM. */
-static int arc_init(void **state, const char *params, size_t capacity)
+static int arc_init(void **state, const char *params, size_t capacity,
+		    char *err, size_t errlen)
 {
 	struct arc *s;
-	int err;
+	int r;
 
-	if (params && *params)
+	if (seg_params_parse(params, NULL, 0, err, errlen))
 		return -EINVAL;
 	if (capacity > SIZE_MAX / 2)
-		return -EINVAL;
+		return kvt_errf(err, errlen, -EINVAL, "capacity %zu: must be at most %zu pages",
+				capacity, SIZE_MAX / 2);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	err = ghost_init(&s->ghost, 2 * capacity);
-	if (err)
+	r = ghost_init(&s->ghost, 2 * capacity);
+	if (r)
 		goto fail;
 	lnode_init_head(&s->t1);
 	lnode_init_head(&s->t2);
@@ -80,7 +82,7 @@ static int arc_init(void **state, const char *params, size_t capacity)
 	return 0;
 fail:
 	free(s);
-	return err;
+	return r;
 }
 
 /* Frees the state and the ghosts; the pages' metadata belongs to the tier. */

@@ -71,17 +71,23 @@ struct au {
 	int mode;			/* 0 decide, 1 MRU, 2 LRU */
 };
 
-static int au_init(void **state, const char *params, size_t capacity)
+static int au_init(void **state, const char *params, size_t capacity,
+		   char *err, size_t errlen)
 {
 	uint64_t mode = 0, sample = 0;
 	const struct seg_param known[] = {
-		{ .key = "mode", .num = &mode, .num_max = 2 },
-		{ .key = "sample", .num = &sample, .min = 1, .num_max = 1u << 20 },
+		{ .key = "mode", .num = &mode, .num_max = 2,
+		  .what = "0 decide, 1 always MRU, 2 always LRU" },
+		{ .key = "sample", .num = &sample, .min = 1, .num_max = 1u << 20,
+		  .what = "a power of two" },
 	};
 	struct au *s;
 
-	if (seg_params_parse(params, known, 2) || (sample & (sample - 1)))
+	if (seg_params_parse(params, known, 2, err, errlen))
 		return -EINVAL;
+	if (sample & (sample - 1))
+		return kvt_errf(err, errlen, -EINVAL, "sample=%llu: must be a power of two in 1..%u",
+				(unsigned long long)sample, 1u << 20);
 	if (!sample)
 		for (sample = 1; capacity / sample > AU_SHADOW; sample <<= 1)
 			;

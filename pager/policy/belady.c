@@ -31,6 +31,7 @@
 
 #include "pager/policy.h"
 #include "pager/policy/heap.h"
+#include "pager/policy/helpers.h"
 
 struct bel_meta {
 	uint64_t key;
@@ -44,14 +45,16 @@ struct belady {
 	struct kvt_heap h;		/* max-heap on next */
 };
 
-static int bel_init(void **state, const char *params, size_t capacity)
+static int bel_init(void **state, const char *params, size_t capacity,
+		    char *err, size_t errlen)
 {
 	struct belady *s;
 
-	if (params && *params)
+	if (seg_params_parse(params, NULL, 0, err, errlen))
 		return -EINVAL;
 	if (capacity >= HEAP_NO_POS)
-		return -EINVAL;
+		return kvt_errf(err, errlen, -EINVAL, "capacity %zu: must be below %zu pages",
+				capacity, (size_t)HEAP_NO_POS);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "pager/policy.h"
+#include "pager/policy/helpers.h"
 #include "pager/policy/list.h"
 
 struct clock_meta {
@@ -32,12 +33,13 @@ struct clock {
 };
 
 /* params must be "" (CLOCK has no knobs): -EINVAL otherwise; -ENOMEM. */
-static int clock_init(void **state, const char *params, size_t capacity)
+static int clock_init(void **state, const char *params, size_t capacity,
+		      char *err, size_t errlen)
 {
 	struct clock *s;
 
 	(void)capacity;
-	if (params && *params)
+	if (seg_params_parse(params, NULL, 0, err, errlen))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

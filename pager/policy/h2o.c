@@ -62,21 +62,23 @@ struct h2o {
 	struct kvwin win;
 };
 
-static int h2o_init(void **state, const char *params, size_t capacity)
+static int h2o_init(void **state, const char *params, size_t capacity,
+		    char *err, size_t errlen)
 {
 	uint64_t recent = 4, decay = 100;
 	const struct seg_param known[] = {
-		{ .key = "recent", .num = &recent, .num_max = 1u << 20 },
-		{ .key = "decay", .num = &decay, .min = 1, .num_max = 100 },
+		{ .key = "recent", .num = &recent, .num_max = 1u << 20,
+		  .what = "pages" },
+		{ .key = "decay", .num = &decay, .min = 1, .num_max = 100,
+		  .what = "percent of a score kept per step" },
 	};
 	struct h2o *s;
-	int err;
 
-	err = seg_params_parse(params, known, 2);
-	if (err)
-		return err;
-	if (capacity >= HEAP_NO_POS)
+	if (seg_params_parse(params, known, 2, err, errlen))
 		return -EINVAL;
+	if (capacity >= HEAP_NO_POS)
+		return kvt_errf(err, errlen, -EINVAL, "capacity %zu: must be below %zu pages",
+				capacity, (size_t)HEAP_NO_POS);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

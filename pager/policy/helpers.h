@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pager/errf.h"
 #include "pager/policy/list.h"
 
 /* ---- parameters ---------------------------------------------------- */
@@ -31,7 +32,9 @@
  * One "key=value" parameter. Either a percentage (val set): an integer
  * 0..max, optionally followed by '%'; or a plain number (num set, val
  * NULL): an integer min..num_max, nothing after it. Either pointer holds
- * the default and is overwritten when the key is given.
+ * the default and is overwritten when the key is given. what, optional,
+ * says what the number counts ("percent of the tier", "pages"): it ends
+ * the message for a value out of range.
  */
 struct seg_param {
 	const char *key;
@@ -40,51 +43,83 @@ struct seg_param {
 	uint64_t *num;		/* a plain number, when val is NULL */
 	uint64_t min, num_max;
 	int repeat;		/* the key may be given again; the last counts */
+	const char *what;	/* the unit, for messages; NULL: none */
 };
+
+/* "KEY=VALUE: must be MIN..MAX (WHAT)" for p, into err; returns -EINVAL.
+ * value is the text given (vlen bytes, not terminated). */
+static inline int seg_param_range(const struct seg_param *p, const char *value, size_t vlen,
+				  char *err, size_t errlen)
+{
+	uint64_t lo = p->val ? 0 : p->min, hi = p->val ? p->max : p->num_max;
+	const char *what = p->what ? p->what : p->val ? "percent" : NULL;
+
+	return kvt_errf(err, errlen, -EINVAL, "%s=%.*s: must be %llu..%llu%s%s%s",
+			p->key, (int)(vlen > 64 ? 64 : vlen), value, (unsigned long long)lo,
+			(unsigned long long)hi, what ? " (" : "", what ? what : "", what ? ")" : "");
+}
 
 /*
  * Parse params ("key=value,..."; NULL or "" keeps every default) against
- * the n (at most 32) known keys. -EINVAL for an unknown key, a repeated
- * one (unless its entry allows it), a missing or empty value, a value that
- * is not decimal digits (plus an optional '%' for a percentage) or lies
- * outside its range, and an empty item (",," or a trailing ','). On
- * -EINVAL some values may have been overwritten: the caller fails its init
- * and drops them.
+ * the n (at most 32; 0 for a policy without parameters) known keys.
+ * -EINVAL for an unknown key, a repeated one (unless its entry allows
+ * it), a missing or empty value, a value that is not decimal digits (plus
+ * an optional '%' for a percentage) or lies outside its range, and an
+ * empty item (",," or a trailing ','), with one line in err (errlen bytes;
+ * err may be NULL) that names the key and, for a bad value, its range:
+ * "small=150: must be 1..99 (percent of the tier)". On -EINVAL some values
+ * may have been overwritten: the caller fails its init and drops them.
  */
 static inline int seg_params_parse(const char *params, const struct seg_param *p,
-				   size_t n)
+				   size_t n, char *err, size_t errlen)
 {
 	const char *s = params;
 	uint32_t seen = 0;
 
 	if (!s || !*s)
 		return 0;
+	if (!n)
+		return kvt_errf(err, errlen, -EINVAL, "takes no parameters (got '%.64s')", s);
 	for (;;) {
 		size_t klen = strcspn(s, "=,"), i;
 		uint64_t v = 0, lo, hi;
-		const char *d = s + klen + 1;
+		const char *d = s + klen + 1, *val = d;
 
+		if (!klen && (!*s || *s == ','))
+			return kvt_errf(err, errlen, -EINVAL, "empty item in '%.64s'", params);
 		if (s[klen] != '=')
-			return -EINVAL;
+			return kvt_errf(err, errlen, -EINVAL, "'%.*s': expected key=value",
+					(int)(klen > 64 ? 64 : klen), s);
 		for (i = 0; i < n; i++)
 			if (strlen(p[i].key) == klen && !memcmp(p[i].key, s, klen))
 				break;
-		if (i == n || i >= 32 || ((seen >> i & 1) && !p[i].repeat))
-			return -EINVAL;
+		if (i == n || i >= 32) {
+			char known[256];
+			size_t at = 0;
+
+			known[0] = 0;
+			for (size_t j = 0; j < n && j < 32 && at < sizeof(known); j++)
+				at += (size_t)snprintf(known + at, sizeof(known) - at, "%s%s",
+						       j ? ", " : "", p[j].key);
+			return kvt_errf(err, errlen, -EINVAL, "unknown key '%.*s' (known: %s)",
+					(int)(klen > 64 ? 64 : klen), s, known);
+		}
+		if ((seen >> i & 1) && !p[i].repeat)
+			return kvt_errf(err, errlen, -EINVAL, "%s given twice", p[i].key);
 		seen |= 1u << i;
 		lo = p[i].val ? 0 : p[i].min;
 		hi = p[i].val ? p[i].max : p[i].num_max;
 		if (*d < '0' || *d > '9')
-			return -EINVAL;
+			return seg_param_range(&p[i], val, strcspn(val, ","), err, errlen);
 		for (; *d >= '0' && *d <= '9'; d++) {
 			unsigned dig = (unsigned)(*d - '0');
 
 			if (dig > hi || v > (hi - dig) / 10)
-				return -EINVAL;
+				return seg_param_range(&p[i], val, strcspn(val, ","), err, errlen);
 			v = v * 10 + dig;
 		}
 		if (v < lo)
-			return -EINVAL;
+			return seg_param_range(&p[i], val, strcspn(val, ","), err, errlen);
 		if (p[i].val) {
 			if (*d == '%')
 				d++;
@@ -95,7 +130,7 @@ static inline int seg_params_parse(const char *params, const struct seg_param *p
 		if (!*d)
 			return 0;
 		if (*d != ',')
-			return -EINVAL;
+			return seg_param_range(&p[i], val, strcspn(val, ","), err, errlen);
 		s = d + 1;
 	}
 }

@@ -104,15 +104,17 @@ struct kvscan {
 #define Q_META(n)	((struct ks_meta *)((char *)(n) - offsetof(struct ks_meta, q)))
 #define R_META(n)	((struct ks_meta *)((char *)(n) - offsetof(struct ks_meta, rec)))
 
-static int ks_init(void **state, const char *params, size_t capacity)
+static int ks_init(void **state, const char *params, size_t capacity,
+		   char *err, size_t errlen)
 {
 	uint64_t mode = 0;
 	const struct seg_param known[] = {
-		{ .key = "mode", .num = &mode, .num_max = 2 },
+		{ .key = "mode", .num = &mode, .num_max = 2,
+		  .what = "0 detect, 1 scan ranking, 2 SIEVE only" },
 	};
 	struct kvscan *s;
 
-	if (seg_params_parse(params, known, 1))
+	if (seg_params_parse(params, known, 1, err, errlen))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

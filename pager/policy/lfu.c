@@ -52,18 +52,18 @@ struct lfu {
 
 /* -EINVAL for bad params ("age=N", any 64-bit N; given again, the last
  * counts), -ENOMEM. */
-static int lfu_init(void **state, const char *params, size_t capacity)
+static int lfu_init(void **state, const char *params, size_t capacity,
+		    char *err, size_t errlen)
 {
 	uint64_t age = capacity < 8 ? 64 : 8 * (uint64_t)capacity;
 	const struct seg_param known[] = {
-		{ .key = "age", .num = &age, .num_max = UINT64_MAX, .repeat = 1 },
+		{ .key = "age", .num = &age, .num_max = UINT64_MAX, .repeat = 1,
+		  .what = "accesses between halvings" },
 	};
 	struct lfu *s;
-	int err;
 
-	err = seg_params_parse(params, known, 1);
-	if (err)
-		return err;
+	if (seg_params_parse(params, known, 1, err, errlen))
+		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

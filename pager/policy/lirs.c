@@ -65,21 +65,21 @@ struct lirs {
 	size_t gcap, gnext, hmask;
 };
 
-static int lirs_init(void **state, const char *params, size_t capacity)
+static int lirs_init(void **state, const char *params, size_t capacity,
+		     char *err, size_t errlen)
 {
 	unsigned pct = 1;
 	const struct seg_param known[] = {
-		{ .key = "hir", .val = &pct, .max = 100 },
+		{ .key = "hir", .val = &pct, .max = 100, .what = "percent of the tier" },
 	};
 	struct lirs *s;
 	size_t hir, hs = 4;
-	int err;
 
-	err = seg_params_parse(params, known, 1);
-	if (err)
-		return err;
-	if (capacity > UINT32_MAX / 4)
+	if (seg_params_parse(params, known, 1, err, errlen))
 		return -EINVAL;
+	if (capacity > UINT32_MAX / 4)
+		return kvt_errf(err, errlen, -EINVAL, "capacity %zu: must be at most %u pages",
+				capacity, UINT32_MAX / 4);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "pager/errf.h"
+
 struct kvt_lnode {
 	struct kvt_lnode *prev, *next;
 	uint64_t key;
@@ -83,13 +85,14 @@ static inline size_t lnode_collect(const struct kvt_lnode *head, int backward,
 
 /* params must be "" (no knobs): -EINVAL otherwise; -ENOMEM. The capacity
  * is not needed: the list grows through the tier's metadata. */
-static inline int lpol_init(void **state, const char *params, size_t capacity)
+static inline int lpol_init(void **state, const char *params, size_t capacity,
+			    char *err, size_t errlen)
 {
 	struct kvt_lnode *head;
 
 	(void)capacity;
 	if (params && *params)
-		return -EINVAL;
+		return kvt_errf(err, errlen, -EINVAL, "takes no parameters (got '%.64s')", params);
 	head = malloc(sizeof(*head));
 	if (!head)
 		return -ENOMEM;

@@ -61,20 +61,21 @@ struct s3fifo {
  * last counts), a zero capacity or one too large for the ghost's indices;
  * -ENOMEM. G is sized from capacity here and never grows: about 32 bytes
  * per page of capacity. */
-static int s3_init(void **state, const char *params, size_t capacity)
+static int s3_init(void **state, const char *params, size_t capacity,
+		   char *err, size_t errlen)
 {
 	uint64_t pct = 10;
 	const struct seg_param known[] = {
-		{ .key = "small", .num = &pct, .min = 1, .num_max = 99, .repeat = 1 },
+		{ .key = "small", .num = &pct, .min = 1, .num_max = 99, .repeat = 1,
+		  .what = "percent of the tier" },
 	};
 	struct s3fifo *s;
-	int err;
+	int r;
 
-	err = seg_params_parse(params, known, 1);
-	if (err)
-		return err;
-	if (!capacity)
+	if (seg_params_parse(params, known, 1, err, errlen))
 		return -EINVAL;
+	if (!capacity)
+		return kvt_errf(err, errlen, -EINVAL, "capacity 0: needs at least 1 page");
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -83,10 +84,10 @@ static int s3_init(void **state, const char *params, size_t capacity)
 	s->small_cap = seg_pct(capacity, (unsigned)pct);
 	if (!s->small_cap)
 		s->small_cap = 1;
-	err = ghost_init(&s->ghost, capacity > s->small_cap ? capacity - s->small_cap : 1);
-	if (err) {
+	r = ghost_init(&s->ghost, capacity > s->small_cap ? capacity - s->small_cap : 1);
+	if (r) {
 		free(s);
-		return err;
+		return r;
 	}
 	*state = s;
 	return 0;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "pager/policy.h"
+#include "pager/policy/helpers.h"
 #include "pager/policy/list.h"
 
 struct sieve_meta {
@@ -39,12 +40,13 @@ struct sieve {
 };
 
 /* params must be "" (SIEVE has no knobs): -EINVAL otherwise; -ENOMEM. */
-static int sieve_init(void **state, const char *params, size_t capacity)
+static int sieve_init(void **state, const char *params, size_t capacity,
+		      char *err, size_t errlen)
 {
 	struct sieve *s;
 
 	(void)capacity;
-	if (params && *params)
+	if (seg_params_parse(params, NULL, 0, err, errlen))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

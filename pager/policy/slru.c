@@ -36,17 +36,17 @@ struct slru {
 };
 
 /* params as in the file comment; -EINVAL for anything else; -ENOMEM. */
-static int slru_init(void **state, const char *params, size_t capacity)
+static int slru_init(void **state, const char *params, size_t capacity,
+		     char *err, size_t errlen)
 {
 	unsigned pct = 80;
 	const struct seg_param known[] = {
-		{ .key = "protected", .val = &pct, .max = 100 },
+		{ .key = "protected", .val = &pct, .max = 100, .what = "percent of the tier" },
 	};
 	struct slru *s;
-	int err = seg_params_parse(params, known, 1);
 
-	if (err)
-		return err;
+	if (seg_params_parse(params, known, 1, err, errlen))
+		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

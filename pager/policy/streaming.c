@@ -42,20 +42,19 @@ struct streaming {
 
 enum { OTHER, WINDOW, SINK };
 
-static int st_init(void **state, const char *params, size_t capacity)
+static int st_init(void **state, const char *params, size_t capacity,
+		   char *err, size_t errlen)
 {
 	uint64_t sink = 1, window = 4;
 	const struct seg_param known[] = {
-		{ .key = "sink", .num = &sink, .num_max = 1u << 20 },
-		{ .key = "window", .num = &window, .num_max = 1u << 20 },
+		{ .key = "sink", .num = &sink, .num_max = 1u << 20, .what = "pages" },
+		{ .key = "window", .num = &window, .num_max = 1u << 20, .what = "pages" },
 	};
 	struct streaming *s;
-	int err;
 
 	(void)capacity;
-	err = seg_params_parse(params, known, 2);
-	if (err)
-		return err;
+	if (seg_params_parse(params, known, 2, err, errlen))
+		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

@@ -50,23 +50,24 @@ struct twoq {
 
 /* params as in the file comment; -EINVAL for anything else or a capacity
  * too large for the ghost's indices; -ENOMEM. */
-static int twoq_init(void **state, const char *params, size_t capacity)
+static int twoq_init(void **state, const char *params, size_t capacity,
+		     char *err, size_t errlen)
 {
 	unsigned kin = 25, kout = 50;
 	const struct seg_param known[] = {
-		{ .key = "kin", .val = &kin, .max = 100 },
-		{ .key = "kout", .val = &kout, .max = 100 },
+		{ .key = "kin", .val = &kin, .max = 100, .what = "percent of the tier" },
+		{ .key = "kout", .val = &kout, .max = 100, .what = "percent of the tier" },
 	};
 	struct twoq *s;
-	int err = seg_params_parse(params, known, 2);
+	int r;
 
-	if (err)
-		return err;
+	if (seg_params_parse(params, known, 2, err, errlen))
+		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	err = ghost_init(&s->a1out, seg_pct(capacity, kout));
-	if (err)
+	r = ghost_init(&s->a1out, seg_pct(capacity, kout));
+	if (r)
 		goto fail;
 	lnode_init_head(&s->a1in);
 	lnode_init_head(&s->am);
@@ -75,7 +76,7 @@ static int twoq_init(void **state, const char *params, size_t capacity)
 	return 0;
 fail:
 	free(s);
-	return err;
+	return r;
 }
 
 /* Frees the state and A1out; the pages' metadata belongs to the tier. */
