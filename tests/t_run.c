@@ -264,6 +264,13 @@ int main(void)
 	CHECK(strstr(out, "\"batch\":3"));
 	printf("batch of 3: third sequence %s\n", ids_c);
 
+	/* A tier size the config file gives is kept, even when it equals the
+	 * default (1G); a tier not given gets what the KV needs. */
+	CHECK_EQ(run("printf '[tier.fast]\\nbytes = 1G\\n' > %s/fast.ini && %s -m %s --prompt-ids %s "
+		     "-n 8 -c %s/fast.ini --print-config 2>&1", dir, bin, model, path, dir), 0);
+	CHECK(strstr(out, "[tier.fast]\nbytes = 1G\n"));
+	CHECK(!strstr(out, "[tier.host]\nbytes = 4G\n"));
+
 	/* Bad input: each refused up front with what to change. */
 #define REFUSED(needle, ...) do { \
 		int rc_ = run(__VA_ARGS__); \
@@ -294,7 +301,7 @@ int main(void)
 		dir, dir, dir, bin, model, dir);
 	/* The refused runs left nothing behind in the NVMe directory. */
 	CHECK_EQ(run("ls %s | grep -v -e '^m.gguf$' -e '.f32$' -e '^ids.txt$' -e '.kvts$' "
-		     "-e '^bad.txt$' -e '^cut.gguf$' -e '^tok.txt$' | wc -l", dir), 0);
+		     "-e '^bad.txt$' -e '^cut.gguf$' -e '^tok.txt$' -e '^fast.ini$' | wc -l", dir), 0);
 	CHECK_EQ(atoi(out), 0);
 	CHECK_EQ(stat(model, &st), 0);
 	run("rm -rf %s", dir);

@@ -162,15 +162,14 @@ static float parse_float(const char *flag, const char *s, float lo, float hi)
 	return v;
 }
 
-static void set_key(struct opts *o, const char *key, const char *val)
+/* A key given by the config file or a flag: kvt-run leaves its value alone,
+ * even where it equals the default, and chooses only what was not given
+ * (tier sizes, page tokens). */
+static void key_given(void *arg, const char *key)
 {
-	char err[512];
+	struct opts *o = arg;
 	int t;
 
-	if (kvt_config_set(&o->cfg, key, val, err, sizeof(err))) {
-		fprintf(stderr, "%s: %s\n", prog, err);
-		exit(2);
-	}
 	for (t = 0; t < KVT_NTIERS; t++) {
 		char k[32];
 
@@ -178,6 +177,19 @@ static void set_key(struct opts *o, const char *key, const char *val)
 		if (!strcmp(key, k))
 			o->tier_set[t] = 1;
 	}
+	if (!strcmp(key, "geometry.page_tokens"))
+		o->page_set = 1;
+}
+
+static void set_key(struct opts *o, const char *key, const char *val)
+{
+	char err[512];
+
+	if (kvt_config_set(&o->cfg, key, val, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		exit(2);
+	}
+	key_given(o, key);
 }
 
 static void set_policy(struct opts *o, const char *arg)
@@ -534,16 +546,12 @@ int main(int argc, char **argv)
 	 * a first pass over the options takes -c/--config only. */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
-		struct kvt_config def = o.cfg;
-
 		if (c != 'c')
 			continue;
-		if (kvt_config_load(&o.cfg, optarg, err, sizeof(err))) {
+		if (kvt_config_load_keys(&o.cfg, optarg, key_given, &o, err, sizeof(err))) {
 			fprintf(stderr, "%s: %s\n", prog, err);
 			return 2;
 		}
-		for (t = 0; t < KVT_NTIERS; t++)
-			o.tier_set[t] |= o.cfg.tier[t].bytes != def.tier[t].bytes;
 	}
 	opterr = 1;
 	optind = 0;
@@ -580,7 +588,7 @@ int main(int argc, char **argv)
 		case O_DEVICE: set_key(&o, "device.name", optarg); break;
 		case O_POLICY: set_policy(&o, optarg); break;
 		case O_PREFETCH: set_key(&o, "access.prefetch_depth", optarg); break;
-		case O_PAGE: set_key(&o, "geometry.page_tokens", optarg); o.page_set = 1; break;
+		case O_PAGE: set_key(&o, "geometry.page_tokens", optarg); break;
 		case O_KVTYPE:
 			if (!strcmp(optarg, "f16"))
 				o.ep.kv_type = KVT_KV_F16;
