@@ -257,6 +257,23 @@ int main(void)
 		}
 	}
 
+	/* Metrics on port 0: the port the kernel picked is said at the start
+	 * and in the summary (the same one), and is in --json. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--set metrics.http=127.0.0.1:0 2>&1", bin, model, path, dir), 0);
+	{
+		const char *at = strstr(out, "kvt-run: metrics: http port "), *sum;
+		int pa, pb;
+
+		CHECK(at && (sum = strstr(at + 1, "\nmetrics: http port ")));
+		pa = atoi(at + strlen("kvt-run: metrics: http port "));
+		pb = atoi(sum + strlen("\nmetrics: http port "));
+		CHECK(pa > 0 && pa < 65536 && pb == pa);
+	}
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--set metrics.http=127.0.0.1:0 --json 2>/dev/null", bin, model, path, dir), 0);
+	CHECK(json_num(out, NULL, "metrics_http_port") > 0);
+
 	/* Three sequences from one prompt, sampled. */
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 6 --batch 3 --seed 5 --fast 128K --host 64K "
 		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);

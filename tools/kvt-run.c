@@ -537,7 +537,7 @@ int main(int argc, char **argv)
 	double t_load, t_prefill = 0, t_decode = 0, t0;
 	FILE *dump = NULL;
 	char err[1024], hb[4][32], kernels[160];
-	int c, r, t, save_failed = 0;
+	int c, r, save_failed = 0;
 
 	kvt_config_default(&o.cfg);
 	kvt_engine_params_default(&o.ep);
@@ -767,6 +767,13 @@ int main(int argc, char **argv)
 		if (o.control && (r = kvt_control_start(pg, strcmp(o.control, "default") ? o.control : NULL,
 							&ctl)))
 			die("--control %s: %s", o.control, strerror(-r));
+		if (o.cfg.metrics_http[0] && !o.json) {
+			struct kvt_stats st;
+
+			kvt_pager_stats(pg, &st);
+			fprintf(stderr, "%s: metrics: http port %d (GET /metrics)\n", prog,
+				st.metrics_http_port);
+		}
 	}
 	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
 		die("%s", err);
@@ -949,6 +956,8 @@ int main(int argc, char **argv)
 				       es.score_ns / 1e9, (unsigned long long)es.bound_bytes);
 			if (pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
 				printf(",\"pager\":%s", buf);
+			if (st.metrics_http_port)
+				printf(",\"metrics_http_port\":%d", st.metrics_http_port);
 			printf("}\n");
 		} else {
 			for (i = 0; o.batch > 1 && i < o.batch; i++)
@@ -962,6 +971,9 @@ int main(int argc, char **argv)
 				fputc('\n', stderr);
 				cli_print_tiers(stderr, &st);
 			}
+			if (st.metrics_http_port)
+				fprintf(stderr, "metrics: http port %d (GET /metrics)\n",
+					st.metrics_http_port);
 			if (pg && (o.ep.select_pages || o.ep.select_frac > 0))
 				fprintf(stderr, "select %s: decode attended %llu pages, skipped %llu "
 					"(over all layers and steps: %.1f MiB not read nor fetched, %.1f%%), "
