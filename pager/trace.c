@@ -171,6 +171,9 @@ int kvt_input_open(const char *path, struct kvt_input *in, char *err, size_t err
 		rc = kvt_errf(err, errlen, -errno, "%s: %s", input_name(path), strerror(errno));
 	} else if (S_ISDIR(st.st_mode)) {
 		rc = kvt_errf(err, errlen, -EISDIR, "%s: is a directory", input_name(path));
+	} else if (fd != STDIN_FILENO && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+		/* a device could be endless: "-" takes one through the shell */
+		rc = kvt_errf(err, errlen, -EINVAL, "%s: not a regular file or a pipe", path);
 	} else if (S_ISREG(st.st_mode) && st.st_size > 0 && fd != STDIN_FILENO) {
 		in->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (in->map == MAP_FAILED) {
@@ -180,13 +183,11 @@ int kvt_input_open(const char *path, struct kvt_input *in, char *err, size_t err
 			in->p = in->map;
 			in->n = (size_t)st.st_size;
 		}
-	} else if (!S_ISREG(st.st_mode) || st.st_size > 0) {
-		rc = read_all(fd, path, in, err, errlen);	/* stdin, a pipe, a device */
+	} else {
+		rc = read_all(fd, path, in, err, errlen);	/* stdin, a pipe, /proc, empty */
 	}
 	if (fd != STDIN_FILENO)
 		close(fd);
-	if (!rc && !in->p)
-		in->p = (const uint8_t *)"";		/* empty */
 	if (!rc && in->n >= 4 && !memcmp(in->p, ZSTD_MAGIC, 4))
 		rc = unzstd(path, in, err, errlen);
 	if (rc)

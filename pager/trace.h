@@ -124,8 +124,8 @@ _Static_assert(sizeof(struct kvt_trace_hdr) == 256, "trace header is 256 bytes")
 _Static_assert(sizeof(struct kvt_trace_rec) == 48, "trace record is 48 bytes");
 
 /* A whole input in memory, whatever it comes from: a regular file is
- * mapped; "-" is standard input, which is read, as is a pipe or any other
- * file that cannot be mapped; zstd-compressed bytes (told by the zstd
+ * mapped; "-" is standard input, which is read, as is a named pipe (a
+ * device or a directory is refused); zstd-compressed bytes (told by the zstd
  * magic, not by the name: published oracleGeneral traces are *.zst) are
  * decompressed. p stays valid until kvt_input_close and is 8-aligned, so
  * records can be read in place. 0, or -errno with err naming the input

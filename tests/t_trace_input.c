@@ -238,6 +238,10 @@ int main(void)
 	CHECK(!strncmp(err, bad, strlen(bad)) && strstr(err, ": the zstd frame at byte "));
 	CHECK_EQ(kvt_trace_import_oracle(bad, kvtz, err, sizeof(err)), -EINVAL);
 	CHECK(strstr(err, ": the zstd frame at byte "));
+	/* what cannot be read whole is refused, not read forever */
+	CHECK_EQ(kvt_trace_open(dir, &t2, err, sizeof(err)), -EISDIR);
+	CHECK_EQ(kvt_sim_trace_load("/dev/zero", &b, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "/dev/zero: not a regular file or a pipe"));
 
 	/* The tools: stdin and seconds. */
 	{
