@@ -4,12 +4,12 @@ BUILD	?= build
 CC	?= cc
 OPT	?= -O2
 SAN	?=
-PKGS	 = liburing numa inih libxxhash openblas libutf8proc
+PKGS	 = liburing numa inih libxxhash openblas libutf8proc libzstd
 # Debian packages behind $(PKGS) and the tools the tests and benchmarks use
 # (gnuplot: kvt-sim mrc --plot; python3: the Python package's tests;
 # optional, so deps-check does not ask for them).
 DEB_PKGS = build-essential pkg-config liburing-dev libnuma-dev libinih-dev \
-	   libxxhash-dev libopenblas-dev libutf8proc-dev fio gnuplot-nox python3
+	   libxxhash-dev libopenblas-dev libutf8proc-dev libzstd-dev fio gnuplot-nox python3
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -213,10 +213,10 @@ BUNDLE	  = $(BUILD)/device-bundle
 LIBDIR	  = /usr/lib/x86_64-linux-gnu
 BUNDLE_H  = /usr/include/liburing.h /usr/include/liburing /usr/include/numa.h \
 	    /usr/include/numaif.h /usr/include/ini.h /usr/include/xxhash.h /usr/include/xxh3.h \
-	    /usr/include/utf8proc.h \
+	    /usr/include/utf8proc.h /usr/include/zstd.h /usr/include/zstd_errors.h \
 	    $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread/*.h)
 BUNDLE_A  = $(LIBDIR)/liburing.a $(LIBDIR)/libnuma.a $(LIBDIR)/libinih.a $(LIBDIR)/libxxhash.a \
-	    $(LIBDIR)/libutf8proc.a
+	    $(LIBDIR)/libutf8proc.a $(LIBDIR)/libzstd.a
 device-bundle: deps-check
 	@rm -rf $(BUNDLE) && mkdir -p $(BUNDLE)/deps/include $(BUNDLE)/deps/lib
 	@{ git ls-files; git ls-files --others --exclude-standard; } | sort -u | \

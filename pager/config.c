@@ -790,6 +790,7 @@ struct load {
 	int err;		/* its -errno */
 	int io_errno;		/* read failure */
 	char msg[MSG_MAX];
+	unsigned char seen[NKEYS];	/* keys the file sets, by index in keys[] */
 };
 
 /* fgets for inih, one line per call, so lineno is inih's line number.
@@ -852,14 +853,23 @@ static int handler(void *user, const char *section, const char *name, const char
 		snprintf(key, sizeof(key), "%s.%s", section, name);
 		rc = set_key(&st->cfg, key, value, st->msg, sizeof(st->msg));
 	}
-	if (!rc)
+	if (!rc) {
+		st->seen[find_key(key) - keys] = 1;
 		return 1;
+	}
 	st->err_line = st->lineno;
 	st->err = rc;
 	return 0;
 }
 
 KVT_API int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t errlen)
+{
+	return kvt_config_load_keys(cfg, path, NULL, NULL, err, errlen);
+}
+
+KVT_API int kvt_config_load_keys(struct kvt_config *cfg, const char *path,
+				 void (*seen)(void *arg, const char *key), void *arg,
+				 char *err, size_t errlen)
 {
 	struct load *st;
 	char p[256], eb[128], vmsg[MSG_MAX];
@@ -896,6 +906,9 @@ KVT_API int kvt_config_load(struct kvt_config *cfg, const char *path, char *err,
 		rc = kvt_errf(err, errlen, rc, "%s: %s", p, vmsg);
 	} else {
 		memcpy(cfg, &st->cfg, sizeof(*cfg));
+		for (size_t i = 0; seen && i < NKEYS; i++)
+			if (st->seen[i])
+				seen(arg, keys[i].name);
 	}
 	fclose(st->f);
 	free(st->line);

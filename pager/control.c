@@ -235,6 +235,8 @@ static void cmd_stats(struct kvt_control *ctl, struct client *c, int form)
 		(unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_hit,
 		(unsigned long long)st->prefetch_late, (unsigned long long)st->prefetch_wasted,
 		(unsigned long long)st->prefetch_dropped);
+	if (st->metrics_http_port)	/* the port bound, the kernel's pick for port 0 */
+		out_fmt(c, "metrics: http port %d (GET /metrics)", st->metrics_http_port);
 	if (st->psi_watching) {
 		uint64_t h = st->psi_some_avg10 > 0 && st->psi_some_avg10 <= 100 ?
 			     (uint64_t)(st->psi_some_avg10 * 100 + 0.5) : 0;

@@ -203,66 +203,45 @@ int kvt_sim_trace_keys(struct kvt_sim_trace *t, const uint64_t *keys, size_t n)
 	return 0;
 }
 
-static int map_file(const char *path, void **map, size_t *len, char *err, size_t errlen)
+/* oracleGeneral from in, which is closed here. */
+static int oracle_input(struct kvt_input *in, const char *path, struct kvt_sim_trace *t,
+			char *err, size_t errlen, double t0)
 {
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st)) {
-		int r = -errno;
-		close(fd);
-		return kvt_errf(err, errlen, r, "%s: %s", path, strerror(-r));
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-		close(fd);
-		return kvt_errf(err, errlen, -EINVAL, "%s: %s", path,
-				S_ISREG(st.st_mode) ? "empty file" : "not a regular file");
-	}
-	*len = (size_t)st.st_size;
-	*map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-	close(fd);
-	if (*map == MAP_FAILED)
-		return kvt_errf(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
-	madvise(*map, *len, MADV_SEQUENTIAL);
-	return 0;
-}
-
-int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
-{
-	double t0 = now_s();
 	struct remap rm = { 0 };
-	void *map = NULL;
-	size_t len = 0, n;
+	size_t len = in->n, n;
 	int r;
 
 	memset(t, 0, sizeof(*t));
-	r = map_file(path, &map, &len, err, errlen);
-	if (r)
-		return r;
+	if (!len) {
+		kvt_input_close(in);
+		return kvt_errf(err, errlen, -EINVAL, "%s: empty file", path);
+	}
 	if (len % ORACLE_REC) {
-		munmap(map, len);
+		kvt_input_close(in);
 		return kvt_errf(err, errlen, -EINVAL, "%s: oracleGeneral: %zu bytes is not a whole "
 				"number of 24-byte records: byte offset %zu starts a truncated one",
 				path, len, len - len % ORACLE_REC);
 	}
 	n = len / ORACLE_REC;
 	if (n >= UINT32_MAX) {
-		munmap(map, len);
+		kvt_input_close(in);
 		return kvt_errf(err, errlen, -E2BIG, "%s: %zu records: at most %u", path, n,
 				UINT32_MAX - 1);
 	}
 	r = kmap_init(&rm.map, 1 << 16);
 	t->id = malloc(n * sizeof(*t->id));
 	if (r || !t->id) {
-		munmap(map, len);
+		kvt_input_close(in);
 		kmap_free(&rm.map);
 		free(t->id);
 		t->id = NULL;
 		return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", path);
 	}
-	const uint8_t *b = map;
+	const uint8_t *b = in->p;
+	uint32_t clock0, clock1;
+
+	memcpy(&clock0, b, 4);
+	memcpy(&clock1, b + (n - 1) * ORACLE_REC, 4);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t key;
 		memcpy(&key, b + i * ORACLE_REC + 4, sizeof(key));
@@ -273,7 +252,7 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 		}
 		uint32_t id = remap_id(&rm, key);
 		if (id == KVT_SIM_NONE) {
-			munmap(map, len);
+			kvt_input_close(in);
 			kmap_free(&rm.map);
 			free(rm.key);
 			kvt_sim_trace_free(t);
@@ -281,7 +260,7 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 		}
 		t->id[i] = id;
 	}
-	munmap(map, len);
+	kvt_input_close(in);
 	kmap_free(&rm.map);
 	t->n = n;
 	t->naccess = n;
@@ -289,9 +268,23 @@ int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, s
 	t->npages = rm.n;
 	t->key = rm.key;
 	t->source = KVT_SRC_ORACLE;
+	t->time_first = clock0;
+	t->time_last = clock1;
+	t->time_s = 1;
 	snprintf(t->format, sizeof(t->format), "oracleGeneral");
 	t->load_s = now_s() - t0;
 	return 0;
+}
+
+int kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
+{
+	double t0 = now_s();
+	struct kvt_input in;
+	int r;
+
+	memset(t, 0, sizeof(*t));
+	r = kvt_input_open(path, &in, err, errlen);
+	return r ? r : oracle_input(&in, path, t, err, errlen, t0);
 }
 
 static int is_input(uint8_t ev)
@@ -413,6 +406,11 @@ int kvt_sim_trace_recs(struct kvt_sim_trace *t, const struct kvt_trace_rec *rec,
 		t->has_hdr = 1;
 		t->source = (int)hdr->source;
 	}
+	if (nrec) {
+		t->time_first = rec[0].time;
+		t->time_last = rec[nrec - 1].time;
+	}
+	t->time_s = t->source == KVT_SRC_ORACLE;
 	snprintf(t->format, sizeof(t->format), "kvtier");
 	struct kvt_trace view = { .rec = rec, .nrec = nrec };
 	if (hdr)
@@ -426,15 +424,16 @@ nomem:
 	return kvt_errf(err, errlen, -ENOMEM, "out of memory");
 }
 
-int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
+/* A kvtier trace from in, which passes to kvt_trace_open_input. */
+static int kvt_input_trace(struct kvt_input *in, const char *path, struct kvt_sim_trace *t,
+			   char *err, size_t errlen, double t0)
 {
-	double t0 = now_s();
 	struct kvt_trace tr;
 	char e[256];
 	int r;
 
 	memset(t, 0, sizeof(*t));
-	r = kvt_trace_open(path, &tr, e, sizeof(e));
+	r = kvt_trace_open_input(in, path, &tr, e, sizeof(e));
 	if (r)
 		return kvt_errf(err, errlen, r, "%s", e);
 	r = kvt_sim_trace_recs(t, tr.rec, tr.nrec, &tr.hdr, e, sizeof(e));
@@ -456,25 +455,36 @@ int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size
 	return 0;
 }
 
-int kvt_sim_trace_load(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
+int kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
 {
-	char magic[8];
-	ssize_t got;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	double t0 = now_s();
+	struct kvt_input in;
+	int r;
 
 	memset(t, 0, sizeof(*t));
-	if (fd < 0)
-		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	got = read(fd, magic, sizeof(magic));
-	close(fd);
-	if (got == (ssize_t)sizeof(magic) && !memcmp(magic, KVT_TRACE_MAGIC, 8))
-		return kvt_sim_trace_kvt(path, t, err, errlen);
+	r = kvt_input_open(path, &in, err, errlen);
+	return r ? r : kvt_input_trace(&in, path, t, err, errlen, t0);
+}
+
+int kvt_sim_trace_load(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen)
+{
+	double t0 = now_s();
+	const char *name = strcmp(path, "-") ? path : "standard input";
+	struct kvt_input in;
 	char e[384];
-	int r = kvt_sim_trace_oracle(path, t, e, sizeof(e));
+	int r;
+
+	memset(t, 0, sizeof(*t));
+	r = kvt_input_open(path, &in, err, errlen);
+	if (r)
+		return r;
+	if (in.n >= 8 && !memcmp(in.p, KVT_TRACE_MAGIC, 8))
+		return kvt_input_trace(&in, name, t, err, errlen, t0);
+	r = oracle_input(&in, name, t, e, sizeof(e), t0);
 	if (r == -EINVAL)
 		return kvt_errf(err, errlen, r, "%s: not a kvtier trace (no %s magic), nor %s",
-				path, KVT_TRACE_MAGIC, e + (strncmp(e, path, strlen(path)) ? 0 :
-							      strlen(path) + 2));
+				name, KVT_TRACE_MAGIC, e + (strncmp(e, name, strlen(name)) ? 0 :
+							      strlen(name) + 2));
 	if (r)
 		return kvt_errf(err, errlen, r, "%s", e);
 	return 0;

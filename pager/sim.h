@@ -118,7 +118,10 @@ struct kvt_sim_trace {
 	 * demotions and drops per tier. */
 	struct kvt_trace_summary live;
 	uint64_t  gaps;		/* GAP records: the recorder dropped some */
-	double	  load_s;	/* seconds spent mapping and remapping */
+	uint64_t  time_first, time_last;	/* the first and the last record's time */
+	int	  time_s;	/* 1: those are seconds (oracleGeneral's clock_time,
+				 * imported as given), 0: nanoseconds */
+	double	  load_s;	/* seconds spent reading and remapping */
 	char	 *config;	/* a kvtier trace's configuration text (NUL
 				 * added), or NULL */
 };
@@ -151,7 +154,10 @@ struct kvt_sim_result {
 };
 
 /* Loading. Each returns 0 or -errno (-EINVAL for a bad file, with err
- * naming it and the byte offset); the trace is empty on failure. */
+ * naming it and the byte offset); the trace is empty on failure. path
+ * may be "-" (standard input) and the bytes zstd-compressed
+ * (kvt_input_open). kvt_sim_trace_load tells a kvtier trace by its magic
+ * and takes anything else for oracleGeneral. */
 int  kvt_sim_trace_load(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen);
 int  kvt_sim_trace_oracle(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen);
 int  kvt_sim_trace_kvt(const char *path, struct kvt_sim_trace *t, char *err, size_t errlen);

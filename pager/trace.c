@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "pager/afile.h"
 #include "pager/errf.h"
@@ -43,50 +44,201 @@
  * Reading
  */
 
+/* Inputs larger than this are refused rather than read into memory. */
+#define INPUT_MAX	((size_t)1 << 40)
+#define ZSTD_MAGIC	"\x28\xb5\x2f\xfd"
+
+static const char *input_name(const char *path)
+{
+	return strcmp(path, "-") ? path : "standard input";
+}
+
+/* All of fd into a malloc'd buffer. */
+static int read_all(int fd, const char *path, struct kvt_input *in, char *err, size_t errlen)
+{
+	size_t cap = 1 << 16, n = 0;
+	uint8_t *b = malloc(cap), *nb;
+	ssize_t r;
+
+	for (;;) {
+		if (!b)
+			return kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", input_name(path));
+		if (n == cap) {
+			if (cap >= INPUT_MAX) {
+				free(b);
+				return kvt_errf(err, errlen, -EFBIG, "%s: larger than %zu bytes",
+						input_name(path), INPUT_MAX);
+			}
+			nb = realloc(b, cap *= 2);
+			if (!nb)
+				free(b);
+			b = nb;
+			continue;
+		}
+		r = read(fd, b + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+
+			free(b);
+			return kvt_errf(err, errlen, -e, "%s: %s", input_name(path), strerror(e));
+		}
+		if (!r)
+			break;
+		n += (size_t)r;
+	}
+	in->buf = b;
+	in->p = b;
+	in->n = n;
+	return 0;
+}
+
+/* Replace the zstd-compressed bytes of *in by what they decompress to:
+ * every frame, one after another, as the zstd tool does. */
+static int unzstd(const char *path, struct kvt_input *in, char *err, size_t errlen)
+{
+	ZSTD_DStream *z = ZSTD_createDStream();
+	ZSTD_inBuffer src = { in->p, in->n, 0 };
+	size_t cap = in->n * 4 > (1 << 16) ? in->n * 4 : (1 << 16), r = 1, frame = 0;
+	ZSTD_outBuffer dst = { malloc(cap), cap, 0 };
+	int rc = 0;
+
+	if (!z || !dst.dst) {
+		rc = kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", input_name(path));
+		goto out;
+	}
+	while (src.pos < src.size || r) {
+		if (dst.pos == dst.size) {
+			void *nb = dst.size < INPUT_MAX ? realloc(dst.dst, dst.size * 2) : NULL;
+
+			if (!nb) {
+				rc = dst.size < INPUT_MAX
+					? kvt_errf(err, errlen, -ENOMEM, "%s: out of memory", input_name(path))
+					: kvt_errf(err, errlen, -EFBIG, "%s: decompresses to more than %zu "
+						   "bytes", input_name(path), INPUT_MAX);
+				goto out;
+			}
+			dst.dst = nb;
+			dst.size *= 2;
+		}
+		size_t before = src.pos, made = dst.pos;
+
+		r = ZSTD_decompressStream(z, &dst, &src);
+		if (ZSTD_isError(r)) {
+			rc = kvt_errf(err, errlen, -EINVAL, "%s: the zstd frame at byte %zu: %s",
+				      input_name(path), frame, ZSTD_getErrorName(r));
+			goto out;
+		}
+		if (!r)
+			frame = src.pos;	/* a frame ended; the next starts here */
+		else if (src.pos == src.size && src.pos == before && dst.pos == made &&
+			 dst.pos < dst.size) {
+			rc = kvt_errf(err, errlen, -EINVAL, "%s: the zstd frame at byte %zu: truncated "
+				      "(the input ends inside it, at byte %zu)", input_name(path),
+				      frame, src.pos);
+			goto out;
+		}
+	}
+	free(in->buf);
+	if (in->map)
+		munmap(in->map, in->n);
+	in->map = NULL;
+	in->buf = dst.dst;
+	in->p = dst.dst;
+	in->n = dst.pos;
+	in->zstd = 1;
+	dst.dst = NULL;
+out:
+	free(dst.dst);
+	ZSTD_freeDStream(z);
+	return rc;
+}
+
+int kvt_input_open(const char *path, struct kvt_input *in, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, rc = 0;
+
+	memset(in, 0, sizeof(*in));
+	if (!strcmp(path, "-")) {
+		fd = STDIN_FILENO;
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	}
+	if (fstat(fd, &st)) {
+		rc = kvt_errf(err, errlen, -errno, "%s: %s", input_name(path), strerror(errno));
+	} else if (S_ISDIR(st.st_mode)) {
+		rc = kvt_errf(err, errlen, -EISDIR, "%s: is a directory", input_name(path));
+	} else if (fd != STDIN_FILENO && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+		/* a device could be endless: "-" takes one through the shell */
+		rc = kvt_errf(err, errlen, -EINVAL, "%s: not a regular file or a pipe", path);
+	} else if (S_ISREG(st.st_mode) && st.st_size > 0 && fd != STDIN_FILENO) {
+		in->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (in->map == MAP_FAILED) {
+			in->map = NULL;
+			rc = kvt_errf(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
+		} else {
+			in->p = in->map;
+			in->n = (size_t)st.st_size;
+		}
+	} else {
+		rc = read_all(fd, path, in, err, errlen);	/* stdin, a pipe, /proc, empty */
+	}
+	if (fd != STDIN_FILENO)
+		close(fd);
+	if (!rc && in->n >= 4 && !memcmp(in->p, ZSTD_MAGIC, 4))
+		rc = unzstd(path, in, err, errlen);
+	if (rc)
+		kvt_input_close(in);
+	return rc;
+}
+
+void kvt_input_close(struct kvt_input *in)
+{
+	if (in->map)
+		munmap(in->map, in->n);
+	free(in->buf);
+	memset(in, 0, sizeof(*in));
+}
+
 static void unmap(struct kvt_trace *t)
 {
-	if (t->map && t->map_len)
-		munmap(t->map, t->map_len);
+	kvt_input_close(&t->in);
 	free(t->own);
 	memset(t, 0, sizeof(*t));
 }
 
 int kvt_trace_open(const char *path, struct kvt_trace *t, char *err, size_t errlen)
 {
-	struct stat st;
-	uint64_t size, hdr_size, rec_size, config_len, rec_off, nrec, tail;
-	const uint8_t *b;
-	int fd, rc;
+	struct kvt_input in;
+	int rc;
 
 	memset(t, 0, sizeof(*t));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st)) {
-		rc = -errno;
-		close(fd);
-		return kvt_errf(err, errlen, rc, "%s: %s", path, strerror(-rc));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return kvt_errf(err, errlen, -EINVAL, "%s: not a regular file", path);
-	}
-	size = (uint64_t)st.st_size;
+	rc = kvt_input_open(path, &in, err, errlen);
+	return rc ? rc : kvt_trace_open_input(&in, path, t, err, errlen);
+}
+
+int kvt_trace_open_input(struct kvt_input *in, const char *path, struct kvt_trace *t,
+			 char *err, size_t errlen)
+{
+	uint64_t size, hdr_size, rec_size, config_len, rec_off, nrec, tail;
+	const uint8_t *b;
+
+	memset(t, 0, sizeof(*t));
+	t->in = *in;
+	memset(in, 0, sizeof(*in));
+	path = input_name(path);
+	size = t->in.n;
+	b = t->in.p;
 	if (size < 8) {
-		close(fd);
+		unmap(t);
 		return kvt_errf(err, errlen, -EINVAL, "%s: byte %llu: truncated header (%llu of %zu bytes)",
 				path, (unsigned long long)size, (unsigned long long)size,
 				sizeof(struct kvt_trace_hdr));
 	}
-	t->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-	rc = t->map == MAP_FAILED ? -errno : 0;
-	close(fd);
-	if (rc) {
-		t->map = NULL;
-		return kvt_errf(err, errlen, rc, "%s: mmap: %s", path, strerror(-rc));
-	}
-	t->map_len = size;
-	b = t->map;
 
 #define BAD(off, ...) do { char _m[256]; snprintf(_m, sizeof(_m), __VA_ARGS__); \
 		unmap(t); return kvt_errf(err, errlen, -EINVAL, "%s: byte %llu: %s", path, \
@@ -702,48 +854,6 @@ static uint64_t realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A whole input file in memory (mapped; an empty file is ""). */
-struct infile {
-	const uint8_t *p;
-	size_t n;
-	void *map;
-};
-
-static int in_open(const char *path, struct infile *f, char *err, size_t errlen)
-{
-	struct stat st;
-	int fd, rc = 0;
-
-	memset(f, 0, sizeof(*f));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return kvt_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st))
-		rc = -errno;
-	else if (!S_ISREG(st.st_mode))
-		rc = -EINVAL;
-	if (!rc && st.st_size) {
-		f->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (f->map == MAP_FAILED) {
-			f->map = NULL;
-			rc = -errno;
-		}
-	}
-	close(fd);
-	if (rc)
-		return kvt_errf(err, errlen, rc, "%s: %s", path,
-				rc == -EINVAL ? "not a regular file" : strerror(-rc));
-	f->p = f->map ? f->map : (const uint8_t *)"";
-	f->n = f->map ? (size_t)st.st_size : 0;
-	return 0;
-}
-
-static void in_close(struct infile *f)
-{
-	if (f->map)
-		munmap(f->map, f->n);
-}
-
 /* Finish the output (rc 0) or drop it (rc set: out stays as it was). */
 static int out_finish(struct kvt_trace_writer *w, int rc, const char *out, char *err, size_t errlen)
 {
@@ -763,23 +873,24 @@ int kvt_trace_import_oracle(const char *in, const char *out, char *err, size_t e
 {
 	struct kvt_trace_hdr hdr = { .source = KVT_SRC_ORACLE, .start_ns = realtime_ns() };
 	struct kvt_trace_writer *w;
-	struct infile f;
+	struct kvt_input f;
 	size_t n;
 	int rc;
 
-	rc = in_open(in, &f, err, errlen);
+	rc = kvt_input_open(in, &f, err, errlen);
 	if (rc)
 		return rc;
+	in = input_name(in);
 	n = f.n / OG_SIZE;
 	if (f.n % OG_SIZE) {
 		rc = kvt_errf(err, errlen, -EINVAL, "%s: byte %zu: truncated request %zu (%zu of %d bytes)",
 			      in, n * OG_SIZE, n, f.n % OG_SIZE, OG_SIZE);
-		in_close(&f);
+		kvt_input_close(&f);
 		return rc;
 	}
 	rc = kvt_trace_create(out, &hdr, NULL, 0, &w);
 	if (rc) {
-		in_close(&f);
+		kvt_input_close(&f);
 		return kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
@@ -798,7 +909,7 @@ int kvt_trace_import_oracle(const char *in, const char *out, char *err, size_t e
 		if (rc)
 			rc = kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
-	in_close(&f);
+	kvt_input_close(&f);
 	return out_finish(w, rc, out, err, errlen);
 }
 
@@ -1184,17 +1295,18 @@ int kvt_trace_import_mooncake(const char *in, const char *out, char *err, size_t
 				     .page_tokens = 512 };
 	struct kvt_trace_writer *w;
 	struct mc_line l = { 0 };
-	struct infile f;
+	struct kvt_input f;
 	uint64_t req = 0;
 	size_t lineno = 0;
 	int rc;
 
-	rc = in_open(in, &f, err, errlen);
+	rc = kvt_input_open(in, &f, err, errlen);
 	if (rc)
 		return rc;
+	in = input_name(in);
 	rc = kvt_trace_create(out, &hdr, NULL, 0, &w);
 	if (rc) {
-		in_close(&f);
+		kvt_input_close(&f);
 		return kvt_errf(err, errlen, rc, "%s: %s", out, strerror(-rc));
 	}
 	for (const char *p = (const char *)f.p, *end = p + f.n; p < end && !rc;) {
@@ -1231,6 +1343,6 @@ int kvt_trace_import_mooncake(const char *in, const char *out, char *err, size_t
 		p = nl ? nl + 1 : end;
 	}
 	free(l.ids);
-	in_close(&f);
+	kvt_input_close(&f);
 	return out_finish(w, rc, out, err, errlen);
 }

@@ -123,14 +123,33 @@ struct kvt_trace_rec {
 _Static_assert(sizeof(struct kvt_trace_hdr) == 256, "trace header is 256 bytes");
 _Static_assert(sizeof(struct kvt_trace_rec) == 48, "trace record is 48 bytes");
 
-/* Reading: the whole file is mapped; every check is done at open. */
+/* A whole input in memory, whatever it comes from: a regular file is
+ * mapped; "-" is standard input, which is read, as is a named pipe (a
+ * device or a directory is refused); zstd-compressed bytes (told by the zstd
+ * magic, not by the name: published oracleGeneral traces are *.zst) are
+ * decompressed. p stays valid until kvt_input_close and is 8-aligned, so
+ * records can be read in place. 0, or -errno with err naming the input
+ * ("standard input" for "-") and what is wrong: a corrupt or truncated
+ * zstd frame is -EINVAL naming the byte (of the compressed input) where
+ * that frame starts. */
+struct kvt_input {
+	const uint8_t *p;
+	size_t	 n;
+	void	*map;			/* the mapping (n bytes), or NULL */
+	void	*buf;			/* what was read or decompressed, or NULL */
+	int	 zstd;			/* it was zstd-compressed */
+};
+int  kvt_input_open(const char *path, struct kvt_input *in, char *err, size_t errlen);
+void kvt_input_close(struct kvt_input *in);
+
+/* Reading: the whole file in memory (kvt_input_open); every check is done
+ * at open. */
 struct kvt_trace {
 	struct kvt_trace_hdr hdr;
 	const char *config;		/* config_len bytes, not NUL-terminated */
 	const struct kvt_trace_rec *rec;
 	size_t	 nrec;
-	void	*map;
-	size_t	 map_len;
+	struct kvt_input in;		/* the bytes rec and config point into */
 	void	*own;			/* records copied to 48-byte stride when the
 					 * file's rec_size is larger; NULL otherwise */
 };
@@ -141,8 +160,14 @@ struct kvt_trace {
  * a truncated record, a record with an unknown event or tier: -EINVAL
  * (-errno for I/O) with err naming the file, the byte offset and what is
  * wrong there. A header or record longer than this version's is read for
- * the fields this version knows (t->rec always has a 48-byte stride). */
+ * the fields this version knows (t->rec always has a 48-byte stride).
+ * path may be "-" or zstd-compressed (kvt_input_open); byte offsets are
+ * then of the decompressed bytes. */
 int  kvt_trace_open(const char *path, struct kvt_trace *t, char *err, size_t errlen);
+/* The same on an input already read (the caller looked at its first bytes,
+ * say): *in passes to t, and is closed here on failure. */
+int  kvt_trace_open_input(struct kvt_input *in, const char *path, struct kvt_trace *t,
+			  char *err, size_t errlen);
 void kvt_trace_close(struct kvt_trace *t);
 
 /* Writing: buffered; records go out in order. kvt_trace_create starts

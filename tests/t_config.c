@@ -619,6 +619,34 @@ static void test_example(void)
 	CHECK(!memcmp(&a, &b, sizeof(a)));
 }
 
+static void note_key(void *arg, const char *key)
+{
+	char *seen = arg;
+
+	strcat(seen, key);
+	strcat(seen, " ");
+}
+
+/* kvt_config_load_keys names the keys a file sets, a value equal to the
+ * default included, once each, and none when the load fails. */
+static void test_load_keys(void)
+{
+	struct kvt_config c;
+	char seen[512] = "";
+
+	kvt_config_default(&c);
+	CHECK_EQ(kvt_config_load_keys(&c, write_file("keys.ini", "[io]\ndepth = 64\n"
+				      "[tier.fast]\nbytes = 1G\n[io]\ndepth = 8\n"),
+				      note_key, seen, err, sizeof(err)), 0);
+	CHECK(!strcmp(seen, "tier.fast.bytes io.depth "));
+	CHECK_EQ(c.io_depth, 8);
+	seen[0] = 0;
+	CHECK(kvt_config_load_keys(&c, write_file("keys-bad.ini", "[tier.fast]\nbytes = 1G\n"
+					"[io]\ndepth = 0\n"), note_key, seen, err, sizeof(err)) < 0);
+	CHECK(!seen[0]);
+	CHECK_EQ(kvt_config_load_keys(&c, tpath("keys.ini"), NULL, NULL, err, sizeof(err)), 0);
+}
+
 int main(void)
 {
 	const char *d = getenv("KVT_TEST_DIR");
@@ -639,5 +667,6 @@ int main(void)
 	test_validate();
 	test_print();
 	test_example();
+	test_load_keys();
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <strings.h>
@@ -206,6 +207,40 @@ static void refused_addr(const char *addr)
 	kvt_device_close(dev);
 }
 
+/* The control socket's stats name the port the kernel picked for port 0. */
+static void control_stats_port(struct kvt_pager *p, int want)
+{
+	const char *tdir = getenv("KVT_TEST_DIR");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kvt_control *ctl;
+	char reply[8192], line[64];
+	size_t n = 0;
+	ssize_t r;
+	int fd;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/http-ctl.%d.sock",
+		 tdir && *tdir ? tdir : "/tmp", (int)getpid());
+	CHECK_EQ(kvt_control_start(p, sa.sun_path, &ctl), 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	CHECK_EQ(write(fd, "stats\n", 6), 6);
+	/* the reply ends with a line holding a dot */
+	while (n < 3 || memcmp(reply + n - 3, "\n.\n", 3)) {
+		CHECK(n < sizeof(reply) - 1);
+		r = read(fd, reply + n, sizeof(reply) - 1 - n);
+		CHECK(r > 0);
+		n += (size_t)r;
+	}
+	reply[n] = 0;
+	close(fd);
+	kvt_control_stop(ctl);
+	snprintf(line, sizeof(line), "\nmetrics: http port %d (GET /metrics)\n", want);
+	if (!strstr(reply, line)) {
+		fprintf(stderr, "stats has no \"%s\":\n%s", line + 1, reply);
+		exit(1);
+	}
+}
+
 int main(void)
 {
 	struct kvt_config cfg;
@@ -228,6 +263,7 @@ int main(void)
 	CHECK_EQ(kvt_pager_stats(p, &st), 0);
 	port = st.metrics_http_port;
 	CHECK(port > 0);
+	control_stats_port(p, port);
 	{
 		char err[256];
 		CHECK_EQ(kvt_pager_set(p, "metrics.http", "127.0.0.1:1", err, sizeof(err)), -EPERM);

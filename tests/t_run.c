@@ -262,12 +262,36 @@ int main(void)
 		}
 	}
 
+	/* Metrics on port 0: the port the kernel picked is said at the start
+	 * and in the summary (the same one), and is in --json. */
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--set metrics.http=127.0.0.1:0 2>&1", bin, model, path, dir), 0);
+	{
+		const char *at = strstr(out, "kvt-run: metrics: http port "), *sum;
+		int pa, pb;
+
+		CHECK(at && (sum = strstr(at + 1, "\nmetrics: http port ")));
+		pa = atoi(at + strlen("kvt-run: metrics: http port "));
+		pb = atoi(sum + strlen("\nmetrics: http port "));
+		CHECK(pa > 0 && pa < 65536 && pb == pa);
+	}
+	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 2 --fast 64K --host 64K --nvme-path %s "
+		     "--set metrics.http=127.0.0.1:0 --json 2>/dev/null", bin, model, path, dir), 0);
+	CHECK(json_num(out, NULL, "metrics_http_port") > 0);
+
 	/* Three sequences from one prompt, sampled. */
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 6 --batch 3 --seed 5 --fast 128K --host 64K "
 		     "--nvme-path %s --json 2>&1", bin, model, path, dir), 0);
 	json_ids(out, 2, ids_c, sizeof(ids_c));
 	CHECK(strstr(out, "\"batch\":3"));
 	printf("batch of 3: third sequence %s\n", ids_c);
+
+	/* A tier size the config file gives is kept, even when it equals the
+	 * default (1G); a tier not given gets what the KV needs. */
+	CHECK_EQ(run("printf '[tier.fast]\\nbytes = 1G\\n' > %s/fast.ini && %s -m %s --prompt-ids %s "
+		     "-n 8 -c %s/fast.ini --print-config 2>&1", dir, bin, model, path, dir), 0);
+	CHECK(strstr(out, "[tier.fast]\nbytes = 1G\n"));
+	CHECK(!strstr(out, "[tier.host]\nbytes = 4G\n"));
 
 	/* Bad input: each refused up front with what to change. */
 #define REFUSED(needle, ...) do { \
@@ -299,7 +323,7 @@ int main(void)
 		dir, dir, dir, bin, model, dir);
 	/* The refused runs left nothing behind in the NVMe directory. */
 	CHECK_EQ(run("ls %s | grep -v -e '^m.gguf$' -e '.f32$' -e '^ids.txt$' -e '.kvts$' "
-		     "-e '^bad.txt$' -e '^cut.gguf$' -e '^tok.txt$' | wc -l", dir), 0);
+		     "-e '^bad.txt$' -e '^cut.gguf$' -e '^tok.txt$' -e '^fast.ini$' | wc -l", dir), 0);
 	CHECK_EQ(atoi(out), 0);
 	CHECK_EQ(stat(model, &st), 0);
 	run("rm -rf %s", dir);

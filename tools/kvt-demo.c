@@ -220,14 +220,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvt-demo: %s\n", strerror(-r));
 		return 1;
 	}
-	printf("kvt-demo: %u layers x %u KV heads x %u dims, %u tokens/page (%llu KiB pages), device %s\n",
-	       L, H, D, pt, (unsigned long long)(pb >> 10), kvt_device_name(dev));
-	printf("context %u tokens = %.0f MiB of KV; fast %.0f MiB, host %.0f MiB, nvme %.0f MiB; "
-	       "policy %s, prefetch %u layers\n", context,
-	       (double)kv_pages * (double)pb / (1 << 20), (double)cfg.tier[0].bytes / (1 << 20),
-	       (double)cfg.tier[1].bytes / (1 << 20), (double)cfg.tier[2].bytes / (1 << 20),
-	       cfg.tier[0].policy, cfg.prefetch_depth);
-	fflush(stdout);
+	/* With --json, stdout holds the JSON alone: what is said on the way goes to stderr. */
+	FILE *say = json ? stderr : stdout;
+
+	fprintf(say, "kvt-demo: %u layers x %u KV heads x %u dims, %u tokens/page (%llu KiB pages), "
+		"device %s\n", L, H, D, pt, (unsigned long long)(pb >> 10), kvt_device_name(dev));
+	fprintf(say, "context %u tokens = %.0f MiB of KV; fast %.0f MiB, host %.0f MiB, nvme %.0f MiB; "
+		"policy %s, prefetch %u layers\n", context,
+		(double)kv_pages * (double)pb / (1 << 20), (double)cfg.tier[0].bytes / (1 << 20),
+		(double)cfg.tier[1].bytes / (1 << 20), (double)cfg.tier[2].bytes / (1 << 20),
+		cfg.tier[0].policy, cfg.prefetch_depth);
+	fflush(say);
 
 	/* Prefill, a chunk of tokens at a time. */
 	unsigned chunk = 256, tokd = H * D;
@@ -334,9 +337,14 @@ int main(int argc, char **argv)
 	struct kvt_stats stt;
 	kvt_pager_stats(p, &stt);
 	if (json) {
-		char buf[16384];
-		if (kvt_stats_json(&stt, buf, sizeof(buf)) > 0)
-			printf("%s\n", buf);
+		static char buf[65536];
+		int n = kvt_stats_json(&stt, buf, sizeof(buf));
+
+		if (n < 0) {
+			fprintf(stderr, "kvt-demo: --json: %s\n", strerror(-n));
+			return 1;
+		}
+		printf("%s\n", buf);
 	} else {
 		printf("\nprefill %.2f s (%.0f tokens/s); decode %.2f s for %u steps (%.2f tokens/s, %.0f ms/step, "
 		       "%.0f ms of it attention)\n", t_prefill, context / t_prefill, t_decode, steps,

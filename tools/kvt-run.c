@@ -10,6 +10,11 @@
  * terminal), timings and the tier table go to stderr. --json prints one
  * JSON object on stdout instead. Every check that can be made before the
  * work starts is made first, with a message that says what to change.
+ *
+ * main() is the run in order: parse_options fills struct opts (the
+ * config file, then the flags); load reads the model and the prompt,
+ * sizes the tiers and opens the pager and the engine; prefill, generate;
+ * report prints the results; finish saves, ends the trace and frees.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -207,15 +212,14 @@ static float parse_float(const char *flag, const char *s, float lo, float hi)
 	return v;
 }
 
-static void set_key(struct opts *o, const char *key, const char *val)
+/* A key given by the config file or a flag: kvt-run leaves its value alone,
+ * even where it equals the default, and chooses only what was not given
+ * (tier sizes, page tokens). */
+static void key_given(void *arg, const char *key)
 {
-	char err[512];
+	struct opts *o = arg;
 	int t;
 
-	if (kvt_config_set(&o->cfg, key, val, err, sizeof(err))) {
-		fprintf(stderr, "%s: %s\n", prog, err);
-		exit(2);
-	}
 	for (t = 0; t < KVT_NTIERS; t++) {
 		char k[32];
 
@@ -223,6 +227,19 @@ static void set_key(struct opts *o, const char *key, const char *val)
 		if (!strcmp(key, k))
 			o->tier_set[t] = 1;
 	}
+	if (!strcmp(key, "geometry.page_tokens"))
+		o->page_set = 1;
+}
+
+static void set_key(struct opts *o, const char *key, const char *val)
+{
+	char err[512];
+
+	if (kvt_config_set(&o->cfg, key, val, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		exit(2);
+	}
+	key_given(o, key);
 }
 
 static void set_policy(struct opts *o, const char *arg)
@@ -534,9 +551,11 @@ static void on_prefill(void *arg, unsigned done)
 	cli_bar("prefill", (double)done / *total, ex);
 }
 
-int main(int argc, char **argv)
+/* Fill *o from the command line: the config file first, then the flags
+ * over it. Returns -1 when the run should go on, else the exit status
+ * (0 after --help, 2 on a usage error, said on stderr). */
+static int parse_options(int argc, char **argv, struct opts *o)
 {
-	cli_blas_core(argv);
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,
 	       O_DENSE, O_SAVE, O_RESTORE, O_DUMP, O_JSON, O_NOBAR, O_PRINTCFG, O_TOKENIZE, O_METRICS,
@@ -564,57 +583,41 @@ int main(int argc, char **argv)
 		{ "device", required_argument, 0, O_DEVICE },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
-	struct opts o = { .n_predict = 128, .batch = 1,
-			  .sp = { .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1 } };
-	struct kvt_model *m = NULL;
-	struct kvt_device *dev = NULL;
-	struct kvt_pager *pg = NULL;
-	struct kvt_control *ctl = NULL;
-	struct kvt_engine *e = NULL;
-	struct kvt_session *ss[MAX_BATCH] = { 0 };
-	struct kvt_sampler *smp[MAX_BATCH] = { 0 };
-	struct out_seq out[MAX_BATCH];
-	int32_t *prompt = NULL;
-	unsigned n_prompt = 0, i, step, n_steps = 0, n_fed = 0;	/* n_fed: tokens the decode steps ran */
-	double t_load, t_prefill = 0, t_decode = 0, t0, t_metrics = 0;
-	FILE *dump = NULL;
-	char err[1024], hb[4][32], kernels[160];
-	int c, r, t, save_failed = 0, metrics_failed = 0;
+	char err[1024];
+	int c;
 
-	kvt_config_default(&o.cfg);
-	kvt_engine_params_default(&o.ep);
-	o.ep.n_ctx = 0;
+	*o = (struct opts){ .n_predict = 128, .batch = 1,
+			    .sp = { .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1 } };
+	kvt_config_default(&o->cfg);
+	kvt_engine_params_default(&o->ep);
+	o->ep.n_ctx = 0;
 	/* The config file first, so flags override it whatever their order:
 	 * a first pass over the options takes -c/--config only. */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
-		struct kvt_config def = o.cfg;
-
 		if (c != 'c')
 			continue;
-		if (kvt_config_load(&o.cfg, optarg, err, sizeof(err))) {
+		if (kvt_config_load_keys(&o->cfg, optarg, key_given, o, err, sizeof(err))) {
 			fprintf(stderr, "%s: %s\n", prog, err);
 			return 2;
 		}
-		for (t = 0; t < KVT_NTIERS; t++)
-			o.tier_set[t] |= o.cfg.tier[t].bytes != def.tier[t].bytes;
 	}
 	opterr = 1;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'm': o.model = optarg; break;
-		case 'p': o.prompt = optarg; break;
-		case 'f': o.prompt_file = optarg; break;
-		case O_PROMPT_IDS: o.prompt_ids = optarg; break;
-		case 'n': o.n_predict = parse_uint("-n", optarg, 0, 1u << 24); break;
-		case O_CTX: o.n_ctx = parse_uint("--ctx", optarg, 1, 1u << 24); break;
-		case O_BATCH: o.batch = parse_uint("--batch", optarg, 1, MAX_BATCH); break;
-		case O_EOS: o.ignore_eos = 1; break;
-		case O_TEMP: o.sp.temp = parse_float("--temp", optarg, 0, 100); break;
-		case O_TOPK: o.sp.top_k = parse_uint("--top-k", optarg, 0, 1u << 30); break;
-		case O_TOPP: o.sp.top_p = parse_float("--top-p", optarg, 1e-6f, 1); break;
-		case O_SEED: o.sp.seed = parse_uint("--seed", optarg, 0, 0xffffffffu); break;
+		case 'm': o->model = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 'f': o->prompt_file = optarg; break;
+		case O_PROMPT_IDS: o->prompt_ids = optarg; break;
+		case 'n': o->n_predict = parse_uint("-n", optarg, 0, 1u << 24); break;
+		case O_CTX: o->n_ctx = parse_uint("--ctx", optarg, 1, 1u << 24); break;
+		case O_BATCH: o->batch = parse_uint("--batch", optarg, 1, MAX_BATCH); break;
+		case O_EOS: o->ignore_eos = 1; break;
+		case O_TEMP: o->sp.temp = parse_float("--temp", optarg, 0, 100); break;
+		case O_TOPK: o->sp.top_k = parse_uint("--top-k", optarg, 0, 1u << 30); break;
+		case O_TOPP: o->sp.top_p = parse_float("--top-p", optarg, 1e-6f, 1); break;
+		case O_SEED: o->sp.seed = parse_uint("--seed", optarg, 0, 0xffffffffu); break;
 		case 'c': break;
 		case O_SET: {
 			char *eq = strchr(optarg, '=');
@@ -624,49 +627,49 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			*eq = 0;
-			set_key(&o, optarg, eq + 1);
+			set_key(o, optarg, eq + 1);
 			break;
 		}
-		case O_FAST: set_key(&o, "tier.fast.bytes", optarg); break;
-		case O_HOST: set_key(&o, "tier.host.bytes", optarg); break;
-		case O_NVME: set_key(&o, "tier.nvme.bytes", optarg); break;
-		case O_NVME_PATH: set_key(&o, "nvme.path", optarg); break;
-		case O_DEVICE: set_key(&o, "device.name", optarg); break;
-		case O_POLICY: set_policy(&o, optarg); break;
-		case O_PREFETCH: set_key(&o, "access.prefetch_depth", optarg); break;
-		case O_PAGE: set_key(&o, "geometry.page_tokens", optarg); o.page_set = 1; break;
+		case O_FAST: set_key(o, "tier.fast.bytes", optarg); break;
+		case O_HOST: set_key(o, "tier.host.bytes", optarg); break;
+		case O_NVME: set_key(o, "tier.nvme.bytes", optarg); break;
+		case O_NVME_PATH: set_key(o, "nvme.path", optarg); break;
+		case O_DEVICE: set_key(o, "device.name", optarg); break;
+		case O_POLICY: set_policy(o, optarg); break;
+		case O_PREFETCH: set_key(o, "access.prefetch_depth", optarg); break;
+		case O_PAGE: set_key(o, "geometry.page_tokens", optarg); break;
 		case O_KVTYPE:
 			if (!strcmp(optarg, "f16"))
-				o.ep.kv_type = KVT_KV_F16;
+				o->ep.kv_type = KVT_KV_F16;
 			else if (!strcmp(optarg, "f32"))
-				o.ep.kv_type = KVT_KV_F32;
+				o->ep.kv_type = KVT_KV_F32;
 			else if (!strcmp(optarg, "q8_0"))
-				o.ep.kv_type = KVT_KV_Q8_0;
+				o->ep.kv_type = KVT_KV_Q8_0;
 			else {
 				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16, f32 or q8_0\n", prog,
 					optarg);
 				return 2;
 			}
 			break;
-		case O_DENSE: o.dense = 1; break;
+		case O_DENSE: o->dense = 1; break;
 		case O_SELECT:
-			if (kvt_select_parse(&o.ep, optarg, err, sizeof(err))) {
+			if (kvt_select_parse(&o->ep, optarg, err, sizeof(err))) {
 				fprintf(stderr, "%s: --select: %s\n", prog, err);
 				return 2;
 			}
 			break;
-		case O_NOSCORES: o.ep.scores = 0; break;
-		case 't': o.threads = parse_uint("-t", optarg, 1, 1024); break;
-		case O_SAVE: o.save = optarg; break;
-		case O_RESTORE: o.restore = optarg; break;
-		case O_DUMP: o.dump_logits = optarg; break;
-		case O_JSON: o.json = 1; break;
-		case O_NOBAR: o.no_bar = 1; break;
-		case O_PRINTCFG: o.print_config = 1; break;
-		case O_TOKENIZE: o.tokenize = 1; break;
-		case O_METRICS: o.metrics = optarg; break;
-		case O_CONTROL: o.control = optarg; break;
-		case O_TRACE: o.trace = optarg; break;
+		case O_NOSCORES: o->ep.scores = 0; break;
+		case 't': o->threads = parse_uint("-t", optarg, 1, 1024); break;
+		case O_SAVE: o->save = optarg; break;
+		case O_RESTORE: o->restore = optarg; break;
+		case O_DUMP: o->dump_logits = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case O_NOBAR: o->no_bar = 1; break;
+		case O_PRINTCFG: o->print_config = 1; break;
+		case O_TOKENIZE: o->tokenize = 1; break;
+		case O_METRICS: o->metrics = optarg; break;
+		case O_CONTROL: o->control = optarg; break;
+		case O_TRACE: o->trace = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: fprintf(stderr, "%s: see --help\n", prog); return 2;
 		}
@@ -675,405 +678,526 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", prog, argv[optind]);
 		return 2;
 	}
-	if (!o.model) {
+	if (!o->model) {
 		fprintf(stderr, "%s: -m MODEL is required (make one with kvt-mkmodel; see --help)\n", prog);
 		return 2;
 	}
-	if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids > 1) {
+	if (!!o->prompt + !!o->prompt_file + !!o->prompt_ids > 1) {
 		fprintf(stderr, "%s: give one of -p, -f and --prompt-ids\n", prog);
 		return 2;
 	}
-	if (!o.prompt && !o.prompt_file && !o.prompt_ids && !o.restore) {
+	if (!o->prompt && !o->prompt_file && !o->prompt_ids && !o->restore) {
 		fprintf(stderr, "%s: no prompt: give -p TEXT, -f FILE, --prompt-ids FILE or --restore FILE\n", prog);
 		return 2;
 	}
-	if (o.dense && (o.ep.select_pages || o.ep.select_frac > 0)) {
+	if (o->dense && (o->ep.select_pages || o->ep.select_frac > 0)) {
 		fprintf(stderr, "%s: --select chooses among the pager's pages; drop --dense\n", prog);
 		return 2;
 	}
-	if (o.trace && o.dense) {
+	if (o->trace && o->dense) {
 		fprintf(stderr, "%s: --trace records what the pager does; --dense runs without it\n", prog);
 		return 2;
 	}
-	if ((o.restore || o.save) && o.batch > 1) {
+	if ((o->restore || o->save) && o->batch > 1) {
 		fprintf(stderr, "%s: --save and --restore keep one conversation; drop --batch\n", prog);
 		return 2;
 	}
-	if (o.save) {
-		char *dup = strdup(o.save), *d = dup ? dirname(dup) : NULL;
+	if (o->save) {
+		char *dup = strdup(o->save), *d = dup ? dirname(dup) : NULL;
 
 		if (!d || access(d, W_OK | X_OK)) {
 			fprintf(stderr, "%s: --save %s: directory %s is missing or not writable\n", prog,
-				o.save, d ? d : "?");
+				o->save, d ? d : "?");
 			return 2;
 		}
 		free(dup);
 	}
-	cli_bar_on = isatty(2) && !o.no_bar;
-	o.cfg.log = log_cb;
+	return -1;
+}
 
-	t0 = cli_now();
-	if ((r = kvt_model_load(o.model, &m, err, sizeof(err))))
-		die("%s", err);
-	kvt_engine_pager_geometry(m, o.ep.kv_type, &o.cfg);
-	if (!o.page_set) {
-		/* Pages of whole 4 KiB blocks, for O_DIRECT: small models need more tokens a page. */
-		while (kvt_config_page_bytes(&o.cfg) % 4096)
-			o.cfg.page_tokens *= 2;
-	}
+/* What a run holds, from the model to the generated text; run_free
+ * releases it. */
+struct run {
+	struct kvt_model *m;
+	struct kvt_device *dev;			/* NULL with --dense */
+	struct kvt_pager *pg;			/* NULL with --dense */
+	struct kvt_control *ctl;		/* with --control */
+	struct kvt_engine *e;
+	struct kvt_session *ss[MAX_BATCH];	/* (batch) one per sequence */
+	struct kvt_sampler *smp[MAX_BATCH];	/* (batch) */
+	struct out_seq out[MAX_BATCH];		/* (batch) what each generated */
+	int32_t *prompt;			/* (n_prompt) token ids */
+	unsigned n_prompt;
+	unsigned n_steps, n_fed;		/* decode steps, tokens they ran */
+	double t_load, t_prefill, t_decode;	/* seconds */
+	FILE *dump;				/* --dump-logits */
+	char kernels[160];			/* what the engine computes with */
+};
 
-	/* The prompt, and the context it needs. */
-	if (o.prompt_ids) {
-		prompt = read_ids(o.prompt_ids, m->hp.n_vocab, &n_prompt);
-	} else if (o.prompt || o.prompt_file) {
+/* The prompt's token ids, read or tokenized, and the context they need
+ * (o->n_ctx, when not given). */
+static void load_prompt(struct opts *o, struct run *run)
+{
+	const struct kvt_model *m = run->m;
+	char err[1024];
+
+	if (o->prompt_ids) {
+		run->prompt = read_ids(o->prompt_ids, m->hp.n_vocab, &run->n_prompt);
+	} else if (o->prompt || o->prompt_file) {
 		size_t len;
-		char *text = o.prompt ? strdup(o.prompt) : read_file(o.prompt_file, &len);
+		char *text = o->prompt ? strdup(o->prompt) : read_file(o->prompt_file, &len);
 
 		if (!text)
 			die("out of memory");
 		/* a new conversation starts with BOS if the vocabulary asks for
 		 * one (tokenizer.ggml.add_bos_token); the continuation of a
 		 * restored one takes none */
-		prompt = tokenize_text(m->tok, text, strlen(text), o.restore ? 0 : -1, &n_prompt);
+		run->prompt = tokenize_text(m->tok, text, strlen(text), o->restore ? 0 : -1,
+					    &run->n_prompt);
 		free(text);
 	}
-	if (o.tokenize) {
-		if (!o.prompt && !o.prompt_file)
+	if (o->tokenize)
+		return;
+	if (!o->restore && !run->n_prompt)
+		die("the prompt is empty");
+
+	unsigned pt = o->cfg.page_tokens;
+	uint64_t want = (uint64_t)run->n_prompt + o->n_predict + (o->save ? 1 : 0);
+
+	if (o->restore) {
+		unsigned saved;
+
+		if (kvt_session_peek(o->restore, &saved, err, sizeof(err)))
+			die("%s", err);
+		want += saved;
+	}
+	if (!o->n_ctx)
+		o->n_ctx = (unsigned)((want + pt - 1) / pt * pt);
+	else if (want > o->n_ctx)
+		die("the %s is %llu tokens and -n asks for %u more, but --ctx is %u: raise --ctx "
+		    "to at least %llu or shorten the prompt", o->restore ? "conversation" : "prompt",
+		    (unsigned long long)(want - o->n_predict - (o->save ? 1 : 0)), o->n_predict,
+		    o->n_ctx, (unsigned long long)want);
+}
+
+/* The device, the pager and what serves it (trace, control socket). */
+static void open_pager(struct opts *o, struct run *run)
+{
+	char why[1024];
+	int r;
+
+	if ((r = kvt_device_open_why(o->cfg.device, o->cfg.copy_gbps, &run->dev, why, sizeof(why))))
+		die("--device %s: %s", o->cfg.device, why[0] ? why : strerror(-r));
+	if (why[0] && !o->json)
+		fprintf(stderr, "%s: device: %s\n", prog, why);
+	kvt_device_set_log(run->dev, log_cb, NULL);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGPIPE, on_signal);
+	hold_error = 1;
+	r = kvt_pager_open(&o->cfg, run->dev, &run->pg);
+	hold_error = 0;
+	if (r)
+		die("cannot open the pager: %s", held_error[0] ? held_error : strerror(-r));
+	if (held_error[0])
+		fprintf(stderr, "%s: %s\n", prog, held_error);
+	live_pager = run->pg;
+	if (o->trace && (r = kvt_pager_trace_start(run->pg, o->trace)))
+		die("--trace %s: %s", o->trace, strerror(-r));
+	if (o->control && (r = kvt_control_start(run->pg, strcmp(o->control, "default") ?
+						 o->control : NULL, &run->ctl)))
+		die("--control %s: %s", o->control, strerror(-r));
+	if (o->cfg.metrics_http[0] && !o->json) {
+		struct kvt_stats st;
+
+		kvt_pager_stats(run->pg, &st);
+		fprintf(stderr, "%s: metrics: http port %d (GET /metrics)\n", prog,
+			st.metrics_http_port);
+	}
+}
+
+/* Everything before the first token: the model, the prompt, the checks,
+ * the tiers, the engine. Returns -1 when the run should go on, or the exit
+ * status after --tokenize or --print-config; dies on an error. */
+static int load(struct opts *o, struct run *run)
+{
+	char err[1024], hb[4][32];
+	double t0;
+	int r;
+
+	cli_bar_on = isatty(2) && !o->no_bar;
+	o->cfg.log = log_cb;
+
+	t0 = cli_now();
+	if ((r = kvt_model_load(o->model, &run->m, err, sizeof(err))))
+		die("%s", err);
+	kvt_engine_pager_geometry(run->m, o->ep.kv_type, &o->cfg);
+	if (!o->page_set) {
+		/* Pages of whole 4 KiB blocks, for O_DIRECT: small models need more tokens a page. */
+		while (kvt_config_page_bytes(&o->cfg) % 4096)
+			o->cfg.page_tokens *= 2;
+	}
+
+	load_prompt(o, run);
+	if (o->tokenize) {
+		if (!o->prompt && !o->prompt_file)
 			die("--tokenize takes a text prompt: give -p TEXT or -f FILE");
-		for (unsigned k = 0; k < n_prompt; k++)
-			printf("%d%c", prompt[k], k + 1 == n_prompt ? '\n' : ' ');
-		free(prompt);
-		kvt_model_free(m);
+		for (unsigned k = 0; k < run->n_prompt; k++)
+			printf("%d%c", run->prompt[k], k + 1 == run->n_prompt ? '\n' : ' ');
 		return 0;
 	}
-	if (!o.restore && !n_prompt)
-		die("the prompt is empty");
-	{
-		unsigned pt = o.cfg.page_tokens;
-		uint64_t want = (uint64_t)n_prompt + o.n_predict + (o.save ? 1 : 0);
-
-		if (o.restore) {
-			unsigned saved;
-
-			if (kvt_session_peek(o.restore, &saved, err, sizeof(err)))
-				die("%s", err);
-			want += saved;
-		}
-		if (!o.n_ctx)
-			o.n_ctx = (unsigned)((want + pt - 1) / pt * pt);
-		else if (want > o.n_ctx)
-			die("the %s is %llu tokens and -n asks for %u more, but --ctx is %u: raise --ctx "
-			    "to at least %llu or shorten the prompt", o.restore ? "conversation" : "prompt",
-			    (unsigned long long)(want - o.n_predict - (o.save ? 1 : 0)), o.n_predict,
-			    o.n_ctx, (unsigned long long)want);
-	}
-	if (o.n_ctx > m->hp.n_ctx_train && !o.json)
+	if (o->n_ctx > run->m->hp.n_ctx_train && !o->json)
 		fprintf(stderr, "%s: note: a context of %u tokens is beyond the %u the model was trained on\n",
-			prog, o.n_ctx, m->hp.n_ctx_train);
-	o.ep.n_ctx = o.n_ctx;
-	o.ep.n_threads = o.threads;
-	o.ep.max_batch = o.batch;
-	o.ep.dense = o.dense;
+			prog, o->n_ctx, run->m->hp.n_ctx_train);
+	o->ep.n_ctx = o->n_ctx;
+	o->ep.n_threads = o->threads;
+	o->ep.max_batch = o->batch;
+	o->ep.dense = o->dense;
 
-	if ((r = kvt_config_validate(&o.cfg, err, sizeof(err))))
+	if ((r = kvt_config_validate(&o->cfg, err, sizeof(err))))
 		die("%s", err);
-	plan_tiers(&o, m, n_prompt);
-	if (o.print_config) {
+	plan_tiers(o, run->m, run->n_prompt);
+	if (o->print_config) {
 		char buf[16384];
 
-		if (kvt_config_print(&o.cfg, buf, sizeof(buf)) < 0)
+		if (kvt_config_print(&o->cfg, buf, sizeof(buf)) < 0)
 			die("configuration too large to print");
 		fputs(buf, stdout);
-		kvt_model_free(m);
-		free(prompt);
 		return 0;
 	}
-	if (!o.dense)
-		check_nvme_path(o.cfg.nvme_path);
-	if (o.dump_logits) {
-		if (kvt_afile_open(&dump_file, o.dump_logits, 0644, err, sizeof(err)))
+	if (!o->dense)
+		check_nvme_path(o->cfg.nvme_path);
+	if (o->dump_logits) {
+		char err[1024];
+
+		if (kvt_afile_open(&dump_file, o->dump_logits, 0644, err, sizeof(err)))
 			die("--dump-logits %s", err);
-		if (!(dump = kvt_afile_stdio(&dump_file)))
-			die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
+		if (!(run->dump = kvt_afile_stdio(&dump_file)))
+			die("--dump-logits %s: %s", o->dump_logits, strerror(errno));
 	}
 
-	if (!o.dense) {
-		char why[1024];
-
-		if ((r = kvt_device_open_why(o.cfg.device, o.cfg.copy_gbps, &dev, why, sizeof(why))))
-			die("--device %s: %s", o.cfg.device, why[0] ? why : strerror(-r));
-		if (why[0] && !o.json)
-			fprintf(stderr, "%s: device: %s\n", prog, why);
-		kvt_device_set_log(dev, log_cb, NULL);
-		signal(SIGINT, on_signal);
-		signal(SIGTERM, on_signal);
-		signal(SIGHUP, on_signal);
-		signal(SIGPIPE, on_signal);
-		hold_error = 1;
-		r = kvt_pager_open(&o.cfg, dev, &pg);
-		hold_error = 0;
-		if (r)
-			die("cannot open the pager: %s", held_error[0] ? held_error : strerror(-r));
-		if (held_error[0])
-			fprintf(stderr, "%s: %s\n", prog, held_error);
-		live_pager = pg;
-		if (o.trace && (r = kvt_pager_trace_start(pg, o.trace)))
-			die("--trace %s: %s", o.trace, strerror(-r));
-		if (o.control && (r = kvt_control_start(pg, strcmp(o.control, "default") ? o.control : NULL,
-							&ctl)))
-			die("--control %s: %s", o.control, strerror(-r));
-	}
-	if ((r = kvt_engine_new(m, pg, &o.ep, &e, err, sizeof(err))))
+	if (!o->dense)
+		open_pager(o, run);
+	if ((r = kvt_engine_new(run->m, run->pg, &o->ep, &run->e, err, sizeof(err))))
 		die("%s", err);
-	t_load = cli_now() - t0;
-	kvt_engine_describe(e, kernels, sizeof(kernels));
-	if (!o.json)
-		fprintf(stderr, "%s: device %s; kernels: %s\n", prog, dev ? kvt_device_name(dev) : "none",
-			kernels);
+	run->t_load = cli_now() - t0;
+	kvt_engine_describe(run->e, run->kernels, sizeof(run->kernels));
+	if (!o->json)
+		fprintf(stderr, "%s: device %s; kernels: %s\n", prog,
+			run->dev ? kvt_device_name(run->dev) : "none", run->kernels);
 
-	if (!o.json)
+	const struct kvt_model *m = run->m;
+
+	if (!o->json)
 		fprintf(stderr, "%s: %s: %u layers, %u dims, %u heads (%u KV), %s weights, vocab %u; "
 			"context %u, KV %s %s/sequence; fast %s, host %s, nvme %s; "
 			"policy %s/%s/%s, prefetch %u%s\n",
 			prog, m->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
-			m->type, m->hp.n_vocab, o.n_ctx, o.ep.kv_type == KVT_KV_F16 ? "f16" :
-			o.ep.kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
-			human(kvt_model_kv_bytes_per_token(m, o.ep.kv_type) * o.n_ctx,
+			m->type, m->hp.n_vocab, o->n_ctx, o->ep.kv_type == KVT_KV_F16 ? "f16" :
+			o->ep.kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
+			human(kvt_model_kv_bytes_per_token(m, o->ep.kv_type) * o->n_ctx,
 			      hb[0], sizeof(hb[0])),
-			human(o.cfg.tier[0].bytes, hb[1], sizeof(hb[1])),
-			human(o.cfg.tier[1].bytes, hb[2], sizeof(hb[2])),
-			human(o.cfg.tier[2].bytes, hb[3], sizeof(hb[3])),
-			o.cfg.tier[0].policy, o.cfg.tier[1].policy, o.cfg.tier[2].policy,
-			o.cfg.prefetch_depth, o.dense ? " (dense reference path: tiers unused)" : "");
+			human(o->cfg.tier[0].bytes, hb[1], sizeof(hb[1])),
+			human(o->cfg.tier[1].bytes, hb[2], sizeof(hb[2])),
+			human(o->cfg.tier[2].bytes, hb[3], sizeof(hb[3])),
+			o->cfg.tier[0].policy, o->cfg.tier[1].policy, o->cfg.tier[2].policy,
+			o->cfg.prefetch_depth, o->dense ? " (dense reference path: tiers unused)" : "");
+	return -1;
+}
 
-	/* Prefill (or restore), then fork the batch from the prompt. */
-	t0 = cli_now();
-	if (o.restore) {
-		if ((r = kvt_session_restore(e, o.restore, &ss[0], err, sizeof(err))))
+/* Prefill (or restore), then fork the batch from the prompt and give each
+ * sequence its sampler. */
+static void prefill(const struct opts *o, struct run *run)
+{
+	char err[1024];
+	double t0 = cli_now();
+	unsigned i;
+	int r;
+
+	if (o->restore) {
+		if ((r = kvt_session_restore(run->e, o->restore, &run->ss[0], err, sizeof(err))))
 			die("%s", err);
-	} else if ((r = kvt_session_new(e, &ss[0]))) {
+	} else if ((r = kvt_session_new(run->e, &run->ss[0]))) {
 		die("cannot open a sequence: %s", strerror(-r));
 	}
-	if (n_prompt) {
-		r = kvt_eval(e, ss[0], prompt, n_prompt, on_prefill, &n_prompt);
+	if (run->n_prompt) {
+		r = kvt_eval(run->e, run->ss[0], run->prompt, run->n_prompt, on_prefill, &run->n_prompt);
 		cli_bar_done();
 		if (r == -ERANGE)
-			die("the prompt does not fit the context of %u tokens: raise --ctx", o.n_ctx);
+			die("the prompt does not fit the context of %u tokens: raise --ctx", o->n_ctx);
 		if (r)
 			die("prefill failed: %s%s", strerror(-r), lost_page(r));
 	}
-	if (!kvt_session_logits(ss[0]))
+	if (!kvt_session_logits(run->ss[0]))
 		die("the restored conversation has no logits to continue from: give a prompt");
-	t_prefill = cli_now() - t0;
-	for (i = 1; i < o.batch; i++)
-		if ((r = kvt_session_fork(e, ss[0], kvt_session_len(ss[0]), &ss[i])))
+	run->t_prefill = cli_now() - t0;
+	for (i = 1; i < o->batch; i++)
+		if ((r = kvt_session_fork(run->e, run->ss[0], kvt_session_len(run->ss[0]), &run->ss[i])))
 			die("cannot fork sequence %u: %s", i, strerror(-r));
-	memset(out, 0, sizeof(out));
-	for (i = 0; i < o.batch; i++) {
-		struct kvt_sampler_params sp = o.sp;
+	for (i = 0; i < o->batch; i++) {
+		struct kvt_sampler_params sp = o->sp;
 
-		sp.seed = o.sp.seed + i;
-		if ((r = kvt_sampler_new(&sp, m->hp.n_vocab, &smp[i])))
+		sp.seed = o->sp.seed + i;
+		if ((r = kvt_sampler_new(&sp, run->m->hp.n_vocab, &run->smp[i])))
 			die("sampler: %s", strerror(-r));
-		if (!(out[i].ids = malloc((o.n_predict + 1) * sizeof(int32_t))))
+		if (!(run->out[i].ids = malloc((o->n_predict + 1) * sizeof(int32_t))))
 			die("out of memory");
 	}
+}
 
-	/* Generate: sample from each sequence's logits, feed the tokens back together. */
-	t0 = cli_now();
-	for (step = 0; step < o.n_predict; step++) {
-		struct kvt_session *run[MAX_BATCH];
+/* Generate: sample from each sequence's logits, feed the tokens back together. */
+static void generate(const struct opts *o, struct run *run)
+{
+	const struct kvt_model *m = run->m;
+	double t0 = cli_now(), t_metrics = 0;
+	unsigned i, step;
+	int r, metrics_failed = 0;
+
+	for (step = 0; step < o->n_predict; step++) {
+		struct kvt_session *feed_ss[MAX_BATCH];
 		int32_t feed[MAX_BATCH];
 		unsigned nrun = 0;
 		char piece[256], ex[64];
 
-		for (i = 0; i < o.batch; i++) {
-			const float *lg = kvt_session_logits(ss[i]);
+		for (i = 0; i < o->batch; i++) {
+			struct out_seq *q = &run->out[i];
+			const float *lg = kvt_session_logits(run->ss[i]);
 			int32_t id;
 			int len;
 
-			if (out[i].done)
+			if (q->done)
 				continue;
-			if (kvt_session_error(ss[i])) {
-				out[i].done = 1;
-				out[i].err = kvt_session_error(ss[i]);
+			if (kvt_session_error(run->ss[i])) {
+				q->done = 1;
+				q->err = kvt_session_error(run->ss[i]);
 				cli_bar_done();
 				fprintf(stderr, "%s: sequence %u ended: %s%s%s\n", prog, i,
-					strerror(-out[i].err), lost_page(out[i].err),
-					o.batch > 1 ? "; the others go on" : "");
+					strerror(-q->err), lost_page(q->err),
+					o->batch > 1 ? "; the others go on" : "");
 				continue;
 			}
-			id = kvt_sample(smp[i], lg);
-			if (dump && fwrite(lg, sizeof(float), m->hp.n_vocab, dump) != m->hp.n_vocab)
-				die("--dump-logits %s: %s", o.dump_logits, strerror(errno));
-			out[i].ids[out[i].n++] = id;
+			id = kvt_sample(run->smp[i], lg);
+			if (run->dump && fwrite(lg, sizeof(float), m->hp.n_vocab, run->dump) !=
+			    m->hp.n_vocab)
+				die("--dump-logits %s: %s", o->dump_logits, strerror(errno));
+			q->ids[q->n++] = id;
 			len = kvt_token_piece(m->tok, id, piece, sizeof(piece));
 			if (len > (int)sizeof(piece))
 				len = sizeof(piece);
 			if (len > 0)
-				append_text(&out[i], piece, (size_t)len);
-			if (o.batch == 1 && !o.json && len > 0) {
+				append_text(q, piece, (size_t)len);
+			if (o->batch == 1 && !o->json && len > 0) {
 				if (cli_bar_on)
 					fputs("\r\033[K", stderr);
 				fwrite(piece, 1, (size_t)len, stdout);
 				fflush(stdout);
 			}
-			if (id == kvt_tokenizer_eos(m->tok) && !o.ignore_eos) {
-				out[i].done = 1;
+			if (id == kvt_tokenizer_eos(m->tok) && !o->ignore_eos) {
+				q->done = 1;
 				continue;
 			}
-			if (step + 1 < o.n_predict || o.save) {
-				run[nrun] = ss[i];
+			if (step + 1 < o->n_predict || o->save) {
+				feed_ss[nrun] = run->ss[i];
 				feed[nrun++] = id;
 			}
 		}
 		if (!nrun)
 			break;
-		r = kvt_decode(e, run, feed, nrun);
+		r = kvt_decode(run->e, feed_ss, feed, nrun);
 		if (r < 0)
 			die("decode failed: %s%s", strerror(-r), lost_page(r));
-		n_steps++;
-		n_fed += nrun;
+		run->n_steps++;
+		run->n_fed += nrun;
 		/* --metrics is rewritten as the run goes, at most once a second;
 		 * after a failure (said once) only the final write is tried. */
-		if (o.metrics && pg && !metrics_failed && cli_now() - t_metrics >= 1.0) {
+		if (o->metrics && run->pg && !metrics_failed && cli_now() - t_metrics >= 1.0) {
 			t_metrics = cli_now();
-			metrics_failed = write_metrics(pg, o.metrics);
+			metrics_failed = write_metrics(run->pg, o->metrics);
 		}
-		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o.n_predict);
+		snprintf(ex, sizeof(ex), "%u/%u tokens", step + 1, o->n_predict);
 		/* Text streaming to a terminal is its own progress; otherwise a bar. */
-		if (o.batch > 1 || o.json || !isatty(1))
-			cli_bar("decode", (double)(step + 1) / o.n_predict, ex);
+		if (o->batch > 1 || o->json || !isatty(1))
+			cli_bar("decode", (double)(step + 1) / o->n_predict, ex);
 	}
-	t_decode = cli_now() - t0;
+	run->t_decode = cli_now() - t0;
 	cli_bar_done();
-	for (i = 0; i < o.batch; i++)
-		if (!out[i].err && kvt_session_error(ss[i])) {
-			out[i].err = kvt_session_error(ss[i]);
+	for (i = 0; i < o->batch; i++)
+		if (!run->out[i].err && kvt_session_error(run->ss[i])) {
+			run->out[i].err = kvt_session_error(run->ss[i]);
 			fprintf(stderr, "%s: sequence %u ended: %s%s\n", prog, i,
-				strerror(-out[i].err), lost_page(out[i].err));
+				strerror(-run->out[i].err), lost_page(run->out[i].err));
 		}
-	if (o.batch == 1 && !o.json)
+	if (o->batch == 1 && !o->json)
 		fputc('\n', stdout);
-	if (dump && kvt_afile_commit(&dump_file, err, sizeof(err)))
-		die("--dump-logits %s", err);
+	if (run->dump) {
+		char err[1024];
 
+		if (kvt_afile_commit(&dump_file, err, sizeof(err)))
+			die("--dump-logits %s", err);
+	}
+	run->dump = NULL;
+}
 
-	{
-		struct kvt_stats st;
-		struct kvt_engine_stats es;
-		unsigned gen = 0;
-		char sel[64];
+/* The results: one JSON object on stdout, or the text of a batch on stdout
+ * and the timings and tier table on stderr; --metrics. Returns 1 when
+ * --metrics could not be written, else 0. */
+static int report(const struct opts *o, const struct run *run)
+{
+	const struct kvt_model *m = run->m;
+	struct kvt_stats st;
+	struct kvt_engine_stats es;
+	unsigned gen = 0, i, n_prompt = run->n_prompt;
+	double t_prefill = run->t_prefill, t_decode = run->t_decode;
+	char sel[64];
+	int failed = 0;
 
-		memset(&st, 0, sizeof(st));
-		if (pg)
-			kvt_pager_stats(pg, &st);
-		kvt_engine_stats(e, &es);
-		kvt_select_format(&o.ep, sel, sizeof(sel));
-		for (i = 0; i < o.batch; i++)
-			gen += out[i].n;
-		if (o.json) {
-			static char buf[32768];
-			unsigned k;
+	memset(&st, 0, sizeof(st));
+	if (run->pg)
+		kvt_pager_stats(run->pg, &st);
+	kvt_engine_stats(run->e, &es);
+	kvt_select_format(&o->ep, sel, sizeof(sel));
+	for (i = 0; i < o->batch; i++)
+		gen += run->out[i].n;
+	if (o->json) {
+		static char buf[32768];
+		unsigned k;
 
-			printf("{\"model\":");
-			json_str(stdout, m->name, strlen(m->name));
-			printf(",\"kernels\":");
-			json_str(stdout, kernels, strlen(kernels));
-			printf(",\"n_ctx\":%u,\"prompt_tokens\":%u,\"batch\":%u,\"load_s\":%.6f,"
-			       "\"prefill\":{\"tokens\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
-			       "\"decode\":{\"tokens\":%u,\"steps\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
-			       "\"sequences\":[",
-			       o.n_ctx, n_prompt, o.batch, t_load, n_prompt, t_prefill,
-			       t_prefill > 0 ? n_prompt / t_prefill : 0.0, gen, n_steps, t_decode,
-			       t_decode > 0 ? n_fed / t_decode : 0.0);
-			for (i = 0; i < o.batch; i++) {
-				printf("%s{\"error\":", i ? "," : "");
-				if (out[i].err)
-					json_str(stdout, strerror(-out[i].err), strlen(strerror(-out[i].err)));
-				else
-					printf("null");
-				printf(",\"text\":");
-				json_str(stdout, out[i].text ? out[i].text : "", out[i].len);
-				printf(",\"ids\":[");
-				for (k = 0; k < out[i].n; k++)
-					printf("%s%d", k ? "," : "", out[i].ids[k]);
-				printf("]}");
-			}
-			printf("]");
-			if (pg)
-				printf(",\"select\":{\"spec\":\"%s\",\"decode_layers\":%llu,"
-				       "\"pages_attended\":%llu,\"pages_skipped\":%llu,\"bytes_skipped\":%llu,"
-				       "\"select_s\":%.6f,\"score_s\":%.6f,\"bound_bytes\":%llu}",
-				       sel, (unsigned long long)es.decode_layers,
-				       (unsigned long long)es.pages_attended,
-				       (unsigned long long)es.pages_skipped,
-				       (unsigned long long)es.bytes_skipped, es.select_ns / 1e9,
-				       es.score_ns / 1e9, (unsigned long long)es.bound_bytes);
-			if (pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
-				printf(",\"pager\":%s", buf);
-			printf("}\n");
-		} else {
-			for (i = 0; o.batch > 1 && i < o.batch; i++)
-				printf("--- sequence %u%s\n%.*s\n", i, out[i].err ? " (ended early)" : "",
-				       (int)out[i].len, out[i].text ? out[i].text : "");
-			fprintf(stderr, "\nload %.2f s; prefill %u tokens in %.2f s (%.1f tokens/s); "
-				"decode %u tokens in %.2f s (%.2f tokens/s, %u sequence(s))\n",
-				t_load, n_prompt, t_prefill, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
-				gen, t_decode, t_decode > 0 ? n_fed / t_decode : 0.0, o.batch);
-			if (pg) {
-				fputc('\n', stderr);
-				cli_print_tiers(stderr, &st);
-			}
-			if (pg && (o.ep.select_pages || o.ep.select_frac > 0))
-				fprintf(stderr, "select %s: decode attended %llu pages, skipped %llu "
-					"(over all layers and steps: %.1f MiB not read nor fetched, %.1f%%), "
-					"choosing took %.1f ms; key bounds %.1f MiB\n", sel,
-					(unsigned long long)es.pages_attended,
-					(unsigned long long)es.pages_skipped, mib(es.bytes_skipped),
-					es.pages_attended + es.pages_skipped ?
-					100.0 * es.pages_skipped / (es.pages_attended + es.pages_skipped) : 0.0,
-					es.select_ns / 1e6, mib(es.bound_bytes));
+		printf("{\"model\":");
+		json_str(stdout, m->name, strlen(m->name));
+		printf(",\"kernels\":");
+		json_str(stdout, run->kernels, strlen(run->kernels));
+		printf(",\"n_ctx\":%u,\"prompt_tokens\":%u,\"batch\":%u,\"load_s\":%.6f,"
+		       "\"prefill\":{\"tokens\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
+		       "\"decode\":{\"tokens\":%u,\"steps\":%u,\"seconds\":%.6f,\"tokens_per_s\":%.3f},"
+		       "\"sequences\":[",
+		       o->n_ctx, n_prompt, o->batch, run->t_load, n_prompt, t_prefill,
+		       t_prefill > 0 ? n_prompt / t_prefill : 0.0, gen, run->n_steps, t_decode,
+		       t_decode > 0 ? run->n_fed / t_decode : 0.0);
+		for (i = 0; i < o->batch; i++) {
+			const struct out_seq *q = &run->out[i];
+
+			printf("%s{\"error\":", i ? "," : "");
+			if (q->err)
+				json_str(stdout, strerror(-q->err), strlen(strerror(-q->err)));
+			else
+				printf("null");
+			printf(",\"text\":");
+			json_str(stdout, q->text ? q->text : "", q->len);
+			printf(",\"ids\":[");
+			for (k = 0; k < q->n; k++)
+				printf("%s%d", k ? "," : "", q->ids[k]);
+			printf("]}");
 		}
-		if (o.metrics && pg)
-			save_failed |= write_metrics(pg, o.metrics);
+		printf("]");
+		if (run->pg)
+			printf(",\"select\":{\"spec\":\"%s\",\"decode_layers\":%llu,"
+			       "\"pages_attended\":%llu,\"pages_skipped\":%llu,\"bytes_skipped\":%llu,"
+			       "\"select_s\":%.6f,\"score_s\":%.6f,\"bound_bytes\":%llu}",
+			       sel, (unsigned long long)es.decode_layers,
+			       (unsigned long long)es.pages_attended,
+			       (unsigned long long)es.pages_skipped,
+			       (unsigned long long)es.bytes_skipped, es.select_ns / 1e9,
+			       es.score_ns / 1e9, (unsigned long long)es.bound_bytes);
+		if (run->pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
+			printf(",\"pager\":%s", buf);
+		if (st.metrics_http_port)
+			printf(",\"metrics_http_port\":%d", st.metrics_http_port);
+		printf("}\n");
+	} else {
+		for (i = 0; o->batch > 1 && i < o->batch; i++)
+			printf("--- sequence %u%s\n%.*s\n", i, run->out[i].err ? " (ended early)" : "",
+			       (int)run->out[i].len, run->out[i].text ? run->out[i].text : "");
+		fprintf(stderr, "\nload %.2f s; prefill %u tokens in %.2f s (%.1f tokens/s); "
+			"decode %u tokens in %.2f s (%.2f tokens/s, %u sequence(s))\n",
+			run->t_load, n_prompt, t_prefill, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
+			gen, t_decode, t_decode > 0 ? run->n_fed / t_decode : 0.0, o->batch);
+		if (run->pg) {
+			fputc('\n', stderr);
+			cli_print_tiers(stderr, &st);
+		}
+		if (st.metrics_http_port)
+			fprintf(stderr, "metrics: http port %d (GET /metrics)\n", st.metrics_http_port);
+		if (run->pg && (o->ep.select_pages || o->ep.select_frac > 0))
+			fprintf(stderr, "select %s: decode attended %llu pages, skipped %llu "
+				"(over all layers and steps: %.1f MiB not read nor fetched, %.1f%%), "
+				"choosing took %.1f ms; key bounds %.1f MiB\n", sel,
+				(unsigned long long)es.pages_attended,
+				(unsigned long long)es.pages_skipped, mib(es.bytes_skipped),
+				es.pages_attended + es.pages_skipped ?
+				100.0 * es.pages_skipped / (es.pages_attended + es.pages_skipped) : 0.0,
+				es.select_ns / 1e6, mib(es.bound_bytes));
 	}
-	/* Saved after the results are out, so a failed save loses none of them. */
-	if (o.save && !out[0].err && kvt_session_save(e, ss[0], o.save, err, sizeof(err))) {
+	if (o->metrics && run->pg)
+		failed |= write_metrics(run->pg, o->metrics);
+	return failed;
+}
+
+/* Save the conversation (after the results are out, so a failed save
+ * loses none of them), end the trace, release everything. Returns the
+ * exit status: 1 when a sequence ended early or something could not be
+ * written (failed), else 0. */
+static int finish(const struct opts *o, struct run *run, int failed)
+{
+	char err[1024];
+	unsigned i;
+	int r;
+
+	if (o->save && !run->out[0].err &&
+	    kvt_session_save(run->e, run->ss[0], o->save, err, sizeof(err))) {
 		fprintf(stderr, "%s: %s\n", prog, err);
-		save_failed = 1;
+		failed = 1;
 	}
-	for (i = 0; i < o.batch; i++) {
-		kvt_session_free(e, ss[i]);
-		kvt_sampler_free(smp[i]);
-		free(out[i].ids);
-		free(out[i].text);
+	for (i = 0; i < o->batch; i++) {
+		kvt_session_free(run->e, run->ss[i]);
+		kvt_sampler_free(run->smp[i]);
+		free(run->out[i].ids);
+		free(run->out[i].text);
+		if (run->out[i].err)
+			failed = 1;
 	}
-	kvt_engine_free(e);
-	kvt_control_stop(ctl);
+	kvt_engine_free(run->e);
+	kvt_control_stop(run->ctl);
 	/* After the sessions are freed (their pages' FREE records are in) and
 	 * the control socket is gone (it could stop the trace too). */
-	if (o.trace && pg) {
+	if (o->trace && run->pg) {
 		struct kvt_stats tst;
 
-		r = kvt_pager_trace_stop(pg);
-		kvt_pager_stats(pg, &tst);
+		r = kvt_pager_trace_stop(run->pg);
+		kvt_pager_stats(run->pg, &tst);
 		if (r && r != -ENOENT) {
-			fprintf(stderr, "%s: --trace %s: %s\n", prog, o.trace, strerror(-r));
-			save_failed = 1;
-		} else if (!o.json && r != -ENOENT) {
+			fprintf(stderr, "%s: --trace %s: %s\n", prog, o->trace, strerror(-r));
+			failed = 1;
+		} else if (!o->json && r != -ENOENT) {
 			fprintf(stderr, "%s: trace: %llu records (%llu dropped) in %s\n", prog,
 				(unsigned long long)tst.trace_records,
-				(unsigned long long)tst.trace_dropped, o.trace);
+				(unsigned long long)tst.trace_dropped, o->trace);
 		}
 	}
-	kvt_pager_close(pg);
+	kvt_pager_close(run->pg);
 	live_pager = NULL;
-	kvt_device_close(dev);
-	kvt_model_free(m);
-	free(prompt);
-	for (i = 0; i < o.batch; i++)
-		if (out[i].err)
-			return 1;
-	return save_failed;
+	kvt_device_close(run->dev);
+	kvt_model_free(run->m);
+	free(run->prompt);
+	return failed;
+}
+
+int main(int argc, char **argv)
+{
+	static struct opts o;
+	static struct run run;
+	int rc;
+
+	cli_blas_core(argv);
+	if ((rc = parse_options(argc, argv, &o)) >= 0)
+		return rc;
+	if ((rc = load(&o, &run)) >= 0) {
+		kvt_model_free(run.m);
+		free(run.prompt);
+		return rc;
+	}
+	prefill(&o, &run);
+	generate(&o, &run);
+	rc = report(&o, &run);
+	return finish(&o, &run, rc);
 }

@@ -10,7 +10,8 @@
  *   kvt-sim info TRACE
  *
  * TRACE is a kvtier trace (docs/trace-format.md) or a libCacheSim
- * oracleGeneral file, told apart by the kvtier magic. Results go to
+ * oracleGeneral file, told apart by the kvtier magic, either of them
+ * possibly zstd-compressed, or "-" for standard input. Results go to
  * stdout, messages and the progress bar (on a terminal) to stderr.
  */
 #define _GNU_SOURCE
@@ -42,7 +43,8 @@ static void usage(FILE *f)
 		"       kvt-sim info TRACE               what a trace holds\n"
 		"\n"
 		"TRACE: a kvtier trace (kvt-run --trace, kvt-trace import) or a libCacheSim\n"
-		"oracleGeneral file (24-byte records), recognised by its first bytes.\n"
+		"oracleGeneral file (24-byte records), recognised by its first bytes; either\n"
+		"may be zstd-compressed (*.oracleGeneral.zst), and - reads standard input.\n"
 		"\n"
 		"run\n"
 		"  --tier NAME=SIZE:POLICY[:COSTS]  a tier, top first; repeat for more. SIZE:\n"
@@ -336,6 +338,18 @@ static void mib(char *buf, size_t len, uint64_t bytes, uint64_t pb)
 		snprintf(buf, len, "%llu", (unsigned long long)bytes);
 }
 
+/* The first and last record's time: oracleGeneral's clock_time is in
+ * whole seconds (an imported one keeps it), a kvtier trace's in ns. */
+static const char *time_span(const struct kvt_sim_trace *t, char *buf, size_t len)
+{
+	if (t->time_s)
+		snprintf(buf, len, "%llu s .. %llu s", (unsigned long long)t->time_first,
+			 (unsigned long long)t->time_last);
+	else
+		snprintf(buf, len, "%.6f s .. %.6f s", t->time_first / 1e9, t->time_last / 1e9);
+	return buf;
+}
+
 static void print_run(const char *path, const struct kvt_sim_trace *t,
 		      const struct kvt_sim_config *c, char names[][32],
 		      const struct kvt_sim_result *r, double secs)
@@ -344,9 +358,12 @@ static void print_run(const char *path, const struct kvt_sim_trace *t,
 	const char *unit = pb > 1 ? "MiB" : "pages";
 	int backed = c->backed < 0 ? !t->nnew : c->backed;
 
-	printf("trace   %s: %s, %s; %zu records, %llu references, %u pages, %llu steps; "
+	char span[64];
+
+	printf("trace   %s: %s, %s; %zu records, %llu references, %u pages, %llu steps, time %s; "
 	       "loaded in %.2f s\n", path, t->format, source_name(t), t->n,
-	       (unsigned long long)t->naccess, t->npages, (unsigned long long)t->steps, t->load_s);
+	       (unsigned long long)t->naccess, t->npages, (unsigned long long)t->steps,
+	       time_span(t, span, sizeof(span)), t->load_s);
 	printf("replay  %u tier%s, %s; %.2f s, %.2f M references/s\n", c->ntiers,
 	       c->ntiers > 1 ? "s" : "",
 	       backed ? "backing store under the last tier" : "no backing store",
@@ -422,10 +439,12 @@ static void json_run(const char *path, const struct kvt_sim_trace *t,
 	printf("{\"trace\": ");
 	jstr(path);
 	printf(", \"format\": \"%s\", \"records\": %zu, \"references\": %llu, "
-	       "\"pages\": %u, \"steps\": %llu, \"load_s\": %.3f, \"replay_s\": %.3f,\n"
+	       "\"pages\": %u, \"steps\": %llu, \"time_first_s\": %.9g, \"time_last_s\": %.9g, "
+	       "\"load_s\": %.3f, \"replay_s\": %.3f,\n"
 	       " \"backed\": %d, \"page_bytes\": %llu,\n \"tiers\": [",
 	       t->format, t->n, (unsigned long long)t->naccess, t->npages,
-	       (unsigned long long)t->steps, t->load_s, secs,
+	       (unsigned long long)t->steps, t->time_s ? (double)t->time_first : t->time_first / 1e9,
+	       t->time_s ? (double)t->time_last : t->time_last / 1e9, t->load_s, secs,
 	       c->backed < 0 ? !t->nnew : c->backed, (unsigned long long)c->page_bytes);
 	for (unsigned ti = 0; ti < c->ntiers; ti++) {
 		const struct kvt_sim_tier_result *x = &r->tier[ti];
@@ -1167,6 +1186,7 @@ static int cmd_gen(int argc, char **argv)
 static int cmd_info(int argc, char **argv)
 {
 	struct kvt_sim_trace t;
+	char span[64];
 
 	if (argc != 2)
 		return bad_usage("info: one trace, please");
@@ -1176,6 +1196,7 @@ static int cmd_info(int argc, char **argv)
 	printf("records %zu (inputs), references %llu, new %llu, scores %llu, pages %u, steps %llu\n",
 	       t.n, (unsigned long long)t.naccess, (unsigned long long)t.nnew,
 	       (unsigned long long)t.nscore, t.npages, (unsigned long long)t.steps);
+	printf("time %s\n", time_span(&t, span, sizeof(span)));
 	if (t.has_hdr) {
 		printf("page bytes %u; tiers:", t.hdr.page_bytes);
 		for (int ti = 0; ti < 3; ti++)

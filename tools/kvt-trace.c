@@ -9,6 +9,10 @@
  *                                            Mooncake JSONL -> a kvtier trace
  *   kvt-trace export oracle IN OUT           the ACCESS records as oracleGeneral
  *
+ * FILE and IN may be "-" (standard input) and zstd-compressed: published
+ * oracleGeneral traces are *.oracleGeneral.zst. Their clock_time is in
+ * seconds, and info and dump show an imported one's time as such.
+ *
  * Exit 0, 1 on a bad or unreadable file (one message naming the file and
  * the byte offset or line), 2 on a usage error.
  */
@@ -41,7 +45,8 @@ static void usage(FILE *f)
 		   "  info    header, records per event, hits/misses/moves per tier\n"
 		   "  dump    one line per record (the first N with -n)\n"
 		   "  import  libCacheSim oracleGeneral (binary) or Mooncake JSONL -> kvtier trace\n"
-		   "  export  a trace's ACCESS records as oracleGeneral (next_access_vtime computed)\n");
+		   "  export  a trace's ACCESS records as oracleGeneral (next_access_vtime computed)\n"
+		   "FILE and IN may be - (standard input), and zstd-compressed (*.zst).\n");
 }
 
 static const char *tier_str(uint8_t t)
@@ -100,7 +105,12 @@ static int info(const char *path)
 		printf("%s %s %u frames%s%s%s", ti ? "," : "", tier_names[ti], h->frames[ti],
 		       h->policy[ti][0] ? " (" : "", h->policy[ti], h->policy[ti][0] ? ")" : "");
 	printf("\n");
-	if (t.nrec)
+	/* oracleGeneral's clock_time is in seconds, and an import keeps it */
+	if (t.nrec && h->source == KVT_SRC_ORACLE)
+		printf("steps %" PRIu64 "..%" PRIu64 ", time %" PRIu64 " s .. %" PRIu64 " s, %" PRIu64
+		       " distinct keys accessed\n", s.first_step, s.last_step, t.rec[0].time,
+		       t.rec[t.nrec - 1].time, s.keys);
+	else if (t.nrec)
 		printf("steps %" PRIu64 "..%" PRIu64 ", time %.6f s .. %.6f s, %" PRIu64
 		       " distinct keys accessed\n", s.first_step, s.last_step,
 		       (double)t.rec[0].time / 1e9, (double)t.rec[t.nrec - 1].time / 1e9, s.keys);
@@ -128,7 +138,7 @@ static int dump(const char *path, uint64_t max)
 	if (open_or_say(path, &t))
 		return 1;
 	printf("# %-10s %16s %10s %-7s %18s %6s %6s %6s %4s %4s %10s %10s %s\n", "record",
-	       "time_ns", "step", "event", "key", "seq", "layer", "index", "from", "to", "bytes",
+	       t.hdr.source == KVT_SRC_ORACLE ? "time_s" : "time_ns", "step", "event", "key", "seq", "layer", "index", "from", "to", "bytes",
 	       "score", "flags");
 	for (size_t i = 0; i < t.nrec && i < max; i++) {
 		const struct kvt_trace_rec *r = &t.rec[i];

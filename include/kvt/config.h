@@ -140,6 +140,14 @@ int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value,
  * nothing: on any error *cfg is unchanged. */
 int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t errlen);
 
+/* kvt_config_load, and then, only if it succeeded, seen(arg, key) once for
+ * each key the file set ("section.key", in kvt_config_print's order; seen
+ * may be NULL): so a caller can tell a value the file gives from the same
+ * value left at its default. */
+int kvt_config_load_keys(struct kvt_config *cfg, const char *path,
+			 void (*seen)(void *arg, const char *key), void *arg,
+			 char *err, size_t errlen);
+
 /* Cross-field checks (watermark order, geometry, sizes). */
 int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t errlen);
 

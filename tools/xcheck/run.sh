@@ -3,9 +3,13 @@
 #
 # make xcheck: kvt-run's logits against llama.cpp's, on models kvt-mkmodel
 # writes. llama.cpp is the prebuilt CPU build in the npm package
-# node-llama-cpp (85 MB, installed into $BUILD/xcheck on first use: needs
-# node >= 20 and the npm registry; without them it exits 2, having checked
-# nothing). Each model, prompt (50 and 450 ids) and
+# node-llama-cpp, at the versions package-lock.json here fixes (85 MB,
+# installed with `npm ci` into $BUILD/xcheck on first use and again when
+# the lock file changes; the platform builds that --omit=optional leaves
+# out, mac, win and riscv64, are in it by version only). Exit 0: every run within its limits; 77: skipped,
+# having checked nothing, because node >= 20, npm or the package (no npm
+# registry to install it from) is missing; anything else: a failure, a
+# usage error in the check included. Each model, prompt (50 and 450 ids) and
 # KV type is decoded greedily for 8 tokens by both engines, ours through the
 # dense path and through the pager (and once with tiers too small for the
 # KV, so that pages come back from NVMe); every logits row is compared.
@@ -41,20 +45,33 @@ W=$BUILD/xcheck
 RUN=$BUILD/kvt-run
 N=8
 
+# 77 means skipped only when skip() says so: a command that fails under
+# set -e with 77 of its own is a failure like any other.
+skipping=0
+skip() {
+	echo "xcheck: skipped: $*" >&2
+	skipping=1
+	exit 77
+}
+trap 'rc=$?; [ $rc = 77 ] && [ $skipping = 0 ] && exit 1; exit $rc' EXIT
+
 mkdir -p "$W"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null ||
    ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
-	echo "xcheck: this check needs node >= 20 and npm" >&2
-	exit 2
+	skip "this check needs node >= 20 and npm"
 fi
-if [ ! -d "$W/node_modules/node-llama-cpp" ]; then
-	echo "xcheck: installing node-llama-cpp 3.22.1 (llama.cpp's prebuilt CPU build) into $W"
-	(cd "$W" && { [ -f package.json ] || npm init -y >/dev/null; } &&
-	 NODE_LLAMA_CPP_SKIP_DOWNLOAD=true timeout 600 npm install --omit=optional --no-audit --no-fund \
-		node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 >/dev/null) || {
-		echo "xcheck: npm install failed: this check needs node >= 20 and the npm registry" >&2
-		exit 2
+# node_modules/.kvt-lock: the lock file it was installed from.
+if ! cmp -s "$src/package-lock.json" "$W/node_modules/.kvt-lock"; then
+	echo "xcheck: installing node-llama-cpp (llama.cpp's prebuilt CPU build) into $W with npm ci"
+	cp "$src/package.json" "$src/package-lock.json" "$W/"
+	timeout 60 npm ping >/dev/null 2>&1 ||
+		skip "the npm registry does not answer: this check needs it to install node-llama-cpp"
+	(cd "$W" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true timeout 600 npm ci --omit=optional \
+		--no-audit --no-fund >/dev/null) || {
+		echo "xcheck: npm ci failed in $W (see the log above)" >&2
+		exit 1
 	}
+	cp "$src/package-lock.json" "$W/node_modules/.kvt-lock"
 fi
 cp "$src/logits.mjs" "$src/tokenize.mjs" "$W/"
 cd "$W"
