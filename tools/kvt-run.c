@@ -869,8 +869,6 @@ static int load(struct opts *o, struct run *run)
 	if (!o->dense)
 		check_nvme_path(o->cfg.nvme_path);
 	if (o->dump_logits) {
-		char err[1024];
-
 		if (kvt_afile_open(&dump_file, o->dump_logits, 0644, err, sizeof(err)))
 			die("--dump-logits %s", err);
 		if (!(run->dump = kvt_afile_stdio(&dump_file)))
