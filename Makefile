@@ -26,6 +26,12 @@ endif
 LDLIBS	+= $(PKG_LIBS) -lm -pthread -ldl
 
 GEN	 = $(BUILD)/gen
+# The one version, from include/kvt/version.h: libkvt.so.$(VERSION), whose
+# soname is libkvt.so.$(VERSION_MAJOR); kvt.pc and the man pages say it.
+VERSION	      := $(shell sed -n 's/^\#define KVT_VERSION_STRING[[:space:]]*"\(.*\)"$$/\1/p' \
+			 include/kvt/version.h)
+VERSION_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME	       = libkvt.so.$(VERSION_MAJOR)
 CFLAGS	+= -I$(GEN)
 LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -91,7 +97,7 @@ $(EMU_PLUGIN): $(BUILD)/tests/emu_backend.o $(BUILD)/kernels/cpu/kernels.o \
 	       $(BUILD)/kernels/cpu/pool.o $(BUILD)/kernels/cpu/quants.o
 	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ $(LDLIBS)
 
-lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so
+lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so $(BUILD)/$(SONAME)
 
 tools: $(TOOLS)
 
@@ -137,9 +143,31 @@ $(BUILD)/libkvt.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/libkvt.so: $(LIB_OBJ) libkvt.map
-	$(CC) -shared -Wl,--version-script=libkvt.map -Wl,-soname,libkvt.so.0 \
+# The shared library is libkvt.so.MAJOR.MINOR.PATCH, with the soname
+# libkvt.so.MAJOR that programs record, and the link libkvt.so that -lkvt
+# finds; the same links are installed.
+$(BUILD)/libkvt.so.$(VERSION): $(LIB_OBJ) libkvt.map
+	$(CC) -shared -Wl,--version-script=libkvt.map -Wl,-soname,$(SONAME) \
 		$(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/$(SONAME): $(BUILD)/libkvt.so.$(VERSION)
+	ln -sf $(notdir $<) $@
+
+$(BUILD)/libkvt.so: $(BUILD)/$(SONAME)
+	ln -sf $(notdir $<) $@
+
+# What the build holds, for kvt_version's neighbours (pager/version.c):
+# rewritten only when it changes, so an unchanged tree rebuilds nothing,
+# and kept when git cannot tell (`sudo make install` in a user's checkout:
+# git refuses another user's tree), so that install relinks nothing.
+GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null)
+$(GEN)/buildinfo.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define KVT_BUILD_GIT "%s"\n#define KVT_BUILD_CUDA %s\n' \
+		'$(GIT_DESCRIBE)' '$(CUDA)' > $@.tmp
+	@if cmp -s $@.tmp $@ || { [ -z '$(GIT_DESCRIBE)' ] && [ -f $@ ]; }; then \
+		rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/pager/version.o: $(GEN)/buildinfo.h
 
 BENCH_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/bench_*.c))
 CLI_OBJ	  = $(BUILD)/tools/cli.o
