@@ -107,7 +107,8 @@ static void usage(FILE *f)
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n"
 		"      --tokenize        print the prompt's token ids (what --prompt-ids reads) and\n"
-		"                        exit\n");
+		"                        exit\n"
+		"      --version         print the version and the build's features, and exit\n");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -482,6 +483,8 @@ static void on_prefill(void *arg, unsigned done)
 
 int main(int argc, char **argv)
 {
+	if (cli_version(argc, argv, "kvt-run"))
+		return 0;
 	cli_blas_core(argv);
 	enum { O_PROMPT_IDS = 256, O_CTX, O_BATCH, O_EOS, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_SET,
 	       O_FAST, O_HOST, O_NVME, O_NVME_PATH, O_POLICY, O_PREFETCH, O_PAGE, O_KVTYPE,

@@ -22,6 +22,7 @@
 
 #include "pager/trace.h"
 #include "pager/policy.h"
+#include "tools/cli.h"
 
 static const char *const ev_names[KVT_EV_MAX + 1] = {
 	[KVT_EV_ACCESS] = "access", [KVT_EV_NEW] = "new", [KVT_EV_FREE] = "free",
@@ -41,7 +42,8 @@ static void usage(FILE *f)
 		   "  info    header, records per event, hits/misses/moves per tier\n"
 		   "  dump    one line per record (the first N with -n)\n"
 		   "  import  libCacheSim oracleGeneral (binary) or Mooncake JSONL -> kvtier trace\n"
-		   "  export  a trace's ACCESS records as oracleGeneral (next_access_vtime computed)\n");
+		   "  export  a trace's ACCESS records as oracleGeneral (next_access_vtime computed)\n"
+		   "  --version  the version and the build's features\n");
 }
 
 static const char *tier_str(uint8_t t)
@@ -164,6 +166,8 @@ int main(int argc, char **argv)
 	char err[512];
 	int r;
 
+	if (cli_version(argc, argv, "kvt-trace"))
+		return 0;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		usage(stdout);
 		return 0;
