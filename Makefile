@@ -103,14 +103,17 @@ tools: $(TOOLS)
 
 # Policy plug-ins for t_plugin: the example of docs/policies.md, and copies
 # the loader must refuse (no symbol, a NULL method, a built-in's name, the
-# example's name from another file).
-PLUGINS = $(addprefix $(BUILD)/plugins/,example.so nosym.so novictims.so builtin.so twin.so)
+# example's name from another file, another policy ABI, no ABI at all).
+PLUGINS = $(addprefix $(BUILD)/plugins/,example.so nosym.so novictims.so builtin.so twin.so \
+	    nextabi.so noabi.so)
 PLUGIN_DEFS_nosym     = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy_elsewhere \
 			-DEXAMPLE_VICTIMS=ll_victims
 PLUGIN_DEFS_novictims = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy \
 			-DEXAMPLE_VICTIMS=NULL -Wno-unused-function
 PLUGIN_DEFS_builtin   = -DEXAMPLE_NAME='"lru"' -DEXAMPLE_SYMBOL=kvt_policy \
 			-DEXAMPLE_VICTIMS=ll_victims
+PLUGIN_DEFS_nextabi   = -DEXAMPLE_ABI='(KVT_POLICY_ABI + 1)'
+PLUGIN_DEFS_noabi     = -DEXAMPLE_ABI=0
 $(BUILD)/plugins/%.so: docs/examples/policy_example.c pager/policy.h pager/policy/helpers.h \
 		       pager/policy/list.h Makefile | $(GEN)/policies.h
 	@mkdir -p $(dir $@)

@@ -89,8 +89,13 @@ static size_t ll_victims(void *state, uint64_t *out, size_t want,
 #define EXAMPLE_SYMBOL	kvt_policy		/* KVT_POLICY_SYMBOL */
 #define EXAMPLE_VICTIMS	ll_victims
 #endif
+#ifndef EXAMPLE_ABI
+#define EXAMPLE_ABI	KVT_POLICY_ABI
+#endif
 
 KVT_POLICY_EXPORT const struct kvt_policy_ops EXAMPLE_SYMBOL = {
+	.abi		= EXAMPLE_ABI,
+	.size		= sizeof(struct kvt_policy_ops),
 	.name		= EXAMPLE_NAME,
 	.meta_size	= sizeof(struct ll_meta),
 	.init		= ll_init,
