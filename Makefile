@@ -37,7 +37,7 @@ LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c run
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
 TEST_SRC = $(wildcard tests/t_*.c)
-TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) tests/t_install.sh
 TEST_COMMON = $(BUILD)/tests/common.o
 
 # Keep the objects of tests and tools: they are not throwaway intermediates.
@@ -68,10 +68,10 @@ PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
 .PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
-	device-bundle
+	device-bundle man install uninstall FORCE
 
-# all: the library (static and shared), the tools, and the CUDA plug-in where nvcc is
-all: lib tools $(PLUGINS_GPU)
+# all: the library (static and shared), the tools, their man pages, and the CUDA plug-in where nvcc is
+all: lib tools man $(PLUGINS_GPU)
 
 # cuda: the CUDA plug-in alone (needs nvcc)
 cuda: $(CUDA_PLUGIN)
@@ -171,6 +171,7 @@ $(GEN)/buildinfo.h: FORCE
 	@if cmp -s $@.tmp $@ || { [ -z '$(GIT_DESCRIBE)' ] && [ -f $@ ]; }; then \
 		rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/pager/version.o: $(GEN)/buildinfo.h
+FORCE:
 
 BENCH_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/bench_*.c))
 CLI_OBJ	  = $(BUILD)/tools/cli.o
@@ -207,7 +208,7 @@ deps-check:
 # test: build everything and run the suite (closing line: N passed, N failed, N skipped)
 test: deps-check
 	@$(MAKE) --no-print-directory all tests
-	@BUILD=$(BUILD) tests/run.sh $(TESTS)
+	@BUILD=$(BUILD) KVT_MAKE_VARS='SAN=$(SAN) CUDA=$(CUDA) OPT=$(OPT)' tests/run.sh $(TESTS)
 
 # run: the main job on embedded defaults: kvt-run on a synthetic model (made
 # once) with the project's docs as a long prompt; KV 8x the fast tier
@@ -269,6 +270,84 @@ asan: deps-check
 # tsan: the suite under ThreadSanitizer (without the CUDA plug-in)
 tsan: deps-check
 	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 CUDA=0 test
+
+# Man pages, written at build time from each tool's --help by tools/mkman
+# (help2man's idea in a page of shell), so that they say what the tool
+# says. The NAME line of each (no single quotes: the recipe quotes it
+# with them):
+MAN_NAME_kvt-run     = run a GGUF model with its KV cache paged across GPU, host RAM and NVMe
+MAN_NAME_kvtctl	     = ask a running kvtier pager for its stats, change its settings, trace it
+MAN_NAME_kvt-sim     = replay KV page traces against tiers and eviction policies
+MAN_NAME_kvt-trace   = inspect, import and export kvtier traces
+MAN_NAME_kvt-bench   = measure the tiers, copies, attention and inference of kvtier
+MAN_NAME_kvt-mkmodel = write a synthetic GGUF model for tests and benchmarks
+MAN_NAME_kvt-demo    = serve a long context from a small fast tier and show each step
+MANS = $(TOOLS:$(BUILD)/%=$(BUILD)/man/%.1)
+$(BUILD)/man/%.1: $(BUILD)/% tools/mkman
+	@mkdir -p $(dir $@)
+	tools/mkman $< '$(MAN_NAME_$*)' 'kvtier $(VERSION)' > $@.tmp && mv $@.tmp $@
+
+# man: the tools' man pages (build/man/*.1)
+man: $(MANS)
+
+# The installed tree, GNU style under PREFIX; DESTDIR, when given, is
+# prepended to each path (a staging folder for a package).
+PREFIX	   ?= /usr/local
+bindir	    = $(PREFIX)/bin
+libdir	    = $(PREFIX)/lib
+includedir  = $(PREFIX)/include
+mandir	    = $(PREFIX)/share/man
+pkgconfigdir = $(libdir)/pkgconfig
+# The backend and policy plug-ins: kernels/device.c looks in ../lib/kvt/
+# from the program's folder (and in kvt/ from libkvt.so's).
+plugindir   = $(libdir)/kvt
+INSTALL	   ?= install
+
+# The headers a program includes (<kvt/pager.h>), and under kvt/plugin/
+# those a policy plug-in includes ("pager/policy.h"; kvt.pc puts that
+# folder on the include path).
+PUB_H	   = $(wildcard include/kvt/*.h)
+POLICY_H   = $(wildcard pager/policy/*.h)
+INSTALLED  = $(addprefix $(includedir)/kvt/,$(notdir $(PUB_H))) \
+	     $(includedir)/kvt/plugin/pager/policy.h $(includedir)/kvt/plugin/pager/policies.h \
+	     $(addprefix $(includedir)/kvt/plugin/pager/policy/,$(notdir $(POLICY_H))) \
+	     $(libdir)/libkvt.a $(libdir)/libkvt.so.$(VERSION) $(libdir)/$(SONAME) \
+	     $(libdir)/libkvt.so $(pkgconfigdir)/kvt.pc \
+	     $(TOOLS:$(BUILD)/%=$(bindir)/%) $(MANS:$(BUILD)/man/%=$(mandir)/man1/%) \
+	     $(plugindir)/layerlru.so $(plugindir)/libkvt-cuda.so
+# The folders install makes, deepest first: uninstall removes those left empty.
+INSTALLED_DIRS = $(includedir)/kvt/plugin/pager/policy $(includedir)/kvt/plugin/pager \
+		 $(includedir)/kvt/plugin $(includedir)/kvt $(plugindir)
+
+$(BUILD)/kvt.pc: libkvt.pc.in include/kvt/version.h Makefile FORCE
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@REQUIRES@|$(PKGS)|' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+# install: the library, headers, kvt.pc, tools, man pages and plug-ins
+# under PREFIX (/usr/local), staged in DESTDIR if given
+install: all $(BUILD)/kvt.pc $(BUILD)/plugins/example.so
+	$(INSTALL) -d $(DESTDIR)$(includedir)/kvt/plugin/pager/policy $(DESTDIR)$(libdir) \
+		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
+		$(DESTDIR)$(plugindir)
+	$(INSTALL) -m 644 $(PUB_H) $(DESTDIR)$(includedir)/kvt/
+	$(INSTALL) -m 644 pager/policy.h $(GEN)/policies.h $(DESTDIR)$(includedir)/kvt/plugin/pager/
+	$(INSTALL) -m 644 $(POLICY_H) $(DESTDIR)$(includedir)/kvt/plugin/pager/policy/
+	$(INSTALL) -m 644 $(BUILD)/libkvt.a $(DESTDIR)$(libdir)/
+	$(INSTALL) -m 755 $(BUILD)/libkvt.so.$(VERSION) $(DESTDIR)$(libdir)/
+	ln -sf libkvt.so.$(VERSION) $(DESTDIR)$(libdir)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(libdir)/libkvt.so
+	$(INSTALL) -m 644 $(BUILD)/kvt.pc $(DESTDIR)$(pkgconfigdir)/
+	$(INSTALL) -m 755 $(TOOLS) $(DESTDIR)$(bindir)/
+	$(INSTALL) -m 644 $(MANS) $(DESTDIR)$(mandir)/man1/
+	$(INSTALL) -m 755 $(BUILD)/plugins/example.so $(DESTDIR)$(plugindir)/layerlru.so
+	$(if $(PLUGINS_GPU),$(INSTALL) -m 755 $(PLUGINS_GPU) $(DESTDIR)$(plugindir)/)
+
+# uninstall: remove what install put under PREFIX (and DESTDIR), and the
+# folders of its own it leaves empty
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	@rmdir $(addprefix $(DESTDIR),$(INSTALLED_DIRS)) 2>/dev/null || true
 
 # clean: remove build/
 clean:

@@ -2,8 +2,10 @@
 /*
  * layerlru, an example policy plug-in: LRU, except that the pages of the
  * first `keep` layers (param keep=N, default 1) go only when no other page
- * is left. Build and load it (docs/policies.md):
+ * is left. Build and load it (docs/policies.md): in the tree, or against
+ * an installed libkvt:
  *   cc -O2 -fPIC -shared -I. -Ibuild/gen -o layerlru.so docs/examples/policy_example.c
+ *   cc -O2 -fPIC -shared $(pkg-config --cflags kvt) -o layerlru.so policy_example.c
  *   kvt-run ... --policy fast=./layerlru.so:keep=2
  */
 #include <errno.h>
