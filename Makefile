@@ -33,12 +33,18 @@ CFLAGS	+= -DKVT_FAULTS=1
 endif
 
 GEN	 = $(BUILD)/gen
+# The one version, from include/kvt/version.h: libkvt.so.$(VERSION), whose
+# soname is libkvt.so.$(VERSION_MAJOR); kvt.pc and the man pages say it.
+VERSION	      := $(shell sed -n 's/^\#define KVT_VERSION_STRING[[:space:]]*"\(.*\)"$$/\1/p' \
+			 include/kvt/version.h)
+VERSION_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME	       = libkvt.so.$(VERSION_MAJOR)
 CFLAGS	+= -I$(GEN)
 LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
 LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
 TEST_SRC = $(wildcard tests/t_*.c)
-TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) tests/t_install.sh
 # The Python package's tests (python/tests) over build/libkvt.so; not in
 # the sanitizer suites: a plain python3 cannot load a sanitized library.
 ifeq ($(SAN),)
@@ -74,10 +80,10 @@ PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
 .PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
-	device-bundle soak soak-asan soak-tsan
+	device-bundle soak soak-asan soak-tsan man install uninstall FORCE
 
-# all: the library (static and shared), the tools, and the CUDA plug-in where nvcc is
-all: lib tools $(PLUGINS_GPU)
+# all: the library (static and shared), the tools, their man pages, and the CUDA plug-in where nvcc is
+all: lib tools man $(PLUGINS_GPU)
 
 # cuda: the CUDA plug-in alone (needs nvcc)
 cuda: $(CUDA_PLUGIN)
@@ -104,20 +110,23 @@ $(EMU_PLUGIN): $(BUILD)/tests/emu_backend.o $(BUILD)/kernels/cpu/kernels.o \
 	       $(BUILD)/kernels/cpu/qdots.o
 	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ $(LDLIBS)
 
-lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so
+lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so $(BUILD)/$(SONAME)
 
 tools: $(TOOLS)
 
 # Policy plug-ins for t_plugin: the example of docs/policies.md, and copies
 # the loader must refuse (no symbol, a NULL method, a built-in's name, the
-# example's name from another file).
-PLUGINS = $(addprefix $(BUILD)/plugins/,example.so nosym.so novictims.so builtin.so twin.so)
+# example's name from another file, another policy ABI, no ABI at all).
+PLUGINS = $(addprefix $(BUILD)/plugins/,example.so nosym.so novictims.so builtin.so twin.so \
+	    nextabi.so noabi.so)
 PLUGIN_DEFS_nosym     = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy_elsewhere \
 			-DEXAMPLE_VICTIMS=ll_victims
 PLUGIN_DEFS_novictims = -DEXAMPLE_NAME='"layerlru"' -DEXAMPLE_SYMBOL=kvt_policy \
 			-DEXAMPLE_VICTIMS=NULL -Wno-unused-function
 PLUGIN_DEFS_builtin   = -DEXAMPLE_NAME='"lru"' -DEXAMPLE_SYMBOL=kvt_policy \
 			-DEXAMPLE_VICTIMS=ll_victims
+PLUGIN_DEFS_nextabi   = -DEXAMPLE_ABI='(KVT_POLICY_ABI + 1)'
+PLUGIN_DEFS_noabi     = -DEXAMPLE_ABI=0
 $(BUILD)/plugins/%.so: docs/examples/policy_example.c pager/policy.h pager/policy/helpers.h \
 		       pager/policy/list.h Makefile | $(GEN)/policies.h
 	@mkdir -p $(dir $@)
@@ -150,9 +159,32 @@ $(BUILD)/libkvt.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/libkvt.so: $(LIB_OBJ) libkvt.map
-	$(CC) -shared -Wl,--version-script=libkvt.map -Wl,-soname,libkvt.so.0 \
+# The shared library is libkvt.so.MAJOR.MINOR.PATCH, with the soname
+# libkvt.so.MAJOR that programs record, and the link libkvt.so that -lkvt
+# finds; the same links are installed.
+$(BUILD)/libkvt.so.$(VERSION): $(LIB_OBJ) libkvt.map
+	$(CC) -shared -Wl,--version-script=libkvt.map -Wl,-soname,$(SONAME) \
 		$(LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/$(SONAME): $(BUILD)/libkvt.so.$(VERSION)
+	ln -sf $(notdir $<) $@
+
+$(BUILD)/libkvt.so: $(BUILD)/$(SONAME)
+	ln -sf $(notdir $<) $@
+
+# What the build holds, for kvt_version's neighbours (pager/version.c):
+# rewritten only when it changes, so an unchanged tree rebuilds nothing,
+# and kept when git cannot tell (`sudo make install` in a user's checkout:
+# git refuses another user's tree), so that install relinks nothing.
+GIT_DESCRIBE := $(shell git describe --always --dirty 2>/dev/null)
+$(GEN)/buildinfo.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define KVT_BUILD_GIT "%s"\n#define KVT_BUILD_CUDA %s\n' \
+		'$(GIT_DESCRIBE)' '$(CUDA)' > $@.tmp
+	@if cmp -s $@.tmp $@ || { [ -z '$(GIT_DESCRIBE)' ] && [ -f $@ ]; }; then \
+		rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/pager/version.o: $(GEN)/buildinfo.h
+FORCE:
 
 BENCH_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/bench_*.c))
 CLI_OBJ	  = $(BUILD)/tools/cli.o
@@ -189,7 +221,7 @@ deps-check:
 # test: build everything and run the suite (closing line: N passed, N failed, N skipped)
 test: deps-check
 	@$(MAKE) --no-print-directory all tests
-	@BUILD=$(BUILD) tests/run.sh $(TESTS)
+	@BUILD=$(BUILD) KVT_MAKE_VARS='SAN=$(SAN) CUDA=$(CUDA) OPT=$(OPT)' tests/run.sh $(TESTS)
 
 # run: the main job on embedded defaults: kvt-run on a synthetic model (made
 # once) with the project's docs as a long prompt; KV 8x the fast tier
@@ -269,6 +301,84 @@ soak-asan soak-tsan: soak-%: deps-check
 	if grep -qE 'runtime error:|ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer' \
 		build/$*/soak.log; then echo "soak-$*: sanitizer report in the log"; exit 1; fi; \
 	[ $$rc -eq 0 ] || { echo "soak-$*: exit $$rc"; exit 1; }
+
+# Man pages, written at build time from each tool's --help by tools/mkman
+# (help2man's idea in a page of shell), so that they say what the tool
+# says. The NAME line of each (no single quotes: the recipe quotes it
+# with them):
+MAN_NAME_kvt-run     = run a GGUF model with its KV cache paged across GPU, host RAM and NVMe
+MAN_NAME_kvtctl	     = ask a running kvtier pager for its stats, change its settings, trace it
+MAN_NAME_kvt-sim     = replay KV page traces against tiers and eviction policies
+MAN_NAME_kvt-trace   = inspect, import and export kvtier traces
+MAN_NAME_kvt-bench   = measure the tiers, copies, attention and inference of kvtier
+MAN_NAME_kvt-mkmodel = write a synthetic GGUF model for tests and benchmarks
+MAN_NAME_kvt-demo    = serve a long context from a small fast tier and show each step
+MANS = $(TOOLS:$(BUILD)/%=$(BUILD)/man/%.1)
+$(BUILD)/man/%.1: $(BUILD)/% tools/mkman
+	@mkdir -p $(dir $@)
+	tools/mkman $< '$(MAN_NAME_$*)' 'kvtier $(VERSION)' > $@.tmp && mv $@.tmp $@
+
+# man: the tools' man pages (build/man/*.1)
+man: $(MANS)
+
+# The installed tree, GNU style under PREFIX; DESTDIR, when given, is
+# prepended to each path (a staging folder for a package).
+PREFIX	   ?= /usr/local
+bindir	    = $(PREFIX)/bin
+libdir	    = $(PREFIX)/lib
+includedir  = $(PREFIX)/include
+mandir	    = $(PREFIX)/share/man
+pkgconfigdir = $(libdir)/pkgconfig
+# The backend and policy plug-ins: kernels/device.c looks in ../lib/kvt/
+# from the program's folder (and in kvt/ from libkvt.so's).
+plugindir   = $(libdir)/kvt
+INSTALL	   ?= install
+
+# The headers a program includes (<kvt/pager.h>), and under kvt/plugin/
+# those a policy plug-in includes ("pager/policy.h"; kvt.pc puts that
+# folder on the include path).
+PUB_H	   = $(wildcard include/kvt/*.h)
+POLICY_H   = $(wildcard pager/policy/*.h)
+INSTALLED  = $(addprefix $(includedir)/kvt/,$(notdir $(PUB_H))) \
+	     $(includedir)/kvt/plugin/pager/policy.h $(includedir)/kvt/plugin/pager/policies.h \
+	     $(addprefix $(includedir)/kvt/plugin/pager/policy/,$(notdir $(POLICY_H))) \
+	     $(libdir)/libkvt.a $(libdir)/libkvt.so.$(VERSION) $(libdir)/$(SONAME) \
+	     $(libdir)/libkvt.so $(pkgconfigdir)/kvt.pc \
+	     $(TOOLS:$(BUILD)/%=$(bindir)/%) $(MANS:$(BUILD)/man/%=$(mandir)/man1/%) \
+	     $(plugindir)/layerlru.so $(plugindir)/libkvt-cuda.so
+# The folders install makes, deepest first: uninstall removes those left empty.
+INSTALLED_DIRS = $(includedir)/kvt/plugin/pager/policy $(includedir)/kvt/plugin/pager \
+		 $(includedir)/kvt/plugin $(includedir)/kvt $(plugindir)
+
+$(BUILD)/kvt.pc: libkvt.pc.in include/kvt/version.h Makefile FORCE
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@REQUIRES@|$(PKGS)|' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+# install: the library, headers, kvt.pc, tools, man pages and plug-ins
+# under PREFIX (/usr/local), staged in DESTDIR if given
+install: all $(BUILD)/kvt.pc $(BUILD)/plugins/example.so
+	$(INSTALL) -d $(DESTDIR)$(includedir)/kvt/plugin/pager/policy $(DESTDIR)$(libdir) \
+		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
+		$(DESTDIR)$(plugindir)
+	$(INSTALL) -m 644 $(PUB_H) $(DESTDIR)$(includedir)/kvt/
+	$(INSTALL) -m 644 pager/policy.h $(GEN)/policies.h $(DESTDIR)$(includedir)/kvt/plugin/pager/
+	$(INSTALL) -m 644 $(POLICY_H) $(DESTDIR)$(includedir)/kvt/plugin/pager/policy/
+	$(INSTALL) -m 644 $(BUILD)/libkvt.a $(DESTDIR)$(libdir)/
+	$(INSTALL) -m 755 $(BUILD)/libkvt.so.$(VERSION) $(DESTDIR)$(libdir)/
+	ln -sf libkvt.so.$(VERSION) $(DESTDIR)$(libdir)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(libdir)/libkvt.so
+	$(INSTALL) -m 644 $(BUILD)/kvt.pc $(DESTDIR)$(pkgconfigdir)/
+	$(INSTALL) -m 755 $(TOOLS) $(DESTDIR)$(bindir)/
+	$(INSTALL) -m 644 $(MANS) $(DESTDIR)$(mandir)/man1/
+	$(INSTALL) -m 755 $(BUILD)/plugins/example.so $(DESTDIR)$(plugindir)/layerlru.so
+	$(if $(PLUGINS_GPU),$(INSTALL) -m 755 $(PLUGINS_GPU) $(DESTDIR)$(plugindir)/)
+
+# uninstall: remove what install put under PREFIX (and DESTDIR), and the
+# folders of its own it leaves empty
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	@rmdir $(addprefix $(DESTDIR),$(INSTALLED_DIRS)) 2>/dev/null || true
 
 # clean: remove build/
 clean:

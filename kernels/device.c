@@ -90,8 +90,8 @@ static int plugin_load(const char *name, const struct kvt_backend_plugin **out, 
 		own_dir(dir, sizeof(dir));
 		if (dir[0]) {
 			path3(cand[n++], sizeof(cand[0]), dir, "", file);
-			path3(cand[n++], sizeof(cand[0]), dir, "../lib/kvtier/", file);
-			path3(cand[n++], sizeof(cand[0]), dir, "kvtier/", file);
+			path3(cand[n++], sizeof(cand[0]), dir, "../lib/kvt/", file);
+			path3(cand[n++], sizeof(cand[0]), dir, "kvt/", file);
 		}
 	}
 	for (int i = 0; i < n && !h; i++) {

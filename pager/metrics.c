@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pager/build.h"
 #include "pager/internal.h"
 #include "pager/out.h"
 
@@ -346,6 +347,21 @@ static void device_metrics(struct out *o, const struct kvt_stats *st)
 	}
 }
 
+/* What the library is: its version, commit and features as labels of a 1. */
+static void build_info(struct out *o)
+{
+	struct kvt_build b;
+
+	kvt_build_get(&b);
+	family(o, "kvt_build_info", "gauge",
+	       "The library's version, the commit it was built from, whether the build made the "
+	       "CUDA plug-in, and the cpu kernels' SIMD level, as labels; value 1.");
+	sample_open(o, "kvt_build_info", "version", b.version);
+	put(o, ",git=\"");
+	put_escaped(o, b.git, 1);
+	put(o, "\",cuda=\"%s\",simd=\"%s\"} 1\n", b.cuda ? "yes" : "no", b.simd);
+}
+
 KVT_API int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t len)
 {
 	static const char *const huge[] = { "off", "auto", "hugetlb", "thp" };
@@ -382,6 +398,7 @@ KVT_API int kvt_stats_prometheus(const struct kvt_stats *st, char *buf, size_t l
 	}
 	latency_histogram(&o, st);
 	device_metrics(&o, st);
+	build_info(&o);
 
 	if (!buf || o.pos >= len)
 		return -ENOSPC;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvt/version.h>
+
 #include "pager/policy.h"
 
 const struct kvt_policy_ops *const kvt_policies[] = {
@@ -108,6 +110,22 @@ static const struct kvt_policy_ops *plugin_load(const char *path, char *err, siz
 		dlclose(h);
 		return fail(err, errlen, "no symbol %s (a const struct kvt_policy_ops)",
 			    KVT_POLICY_SYMBOL);
+	}
+	/* Before anything else is read: another ABI's table has another
+	 * layout. One from before the ABI field has the name pointer there. */
+	if (o->abi != KVT_POLICY_ABI || o->size < sizeof(*o)) {
+		if (o->abi == 0 || o->abi > 0xffff)
+			fail(err, errlen, "%s carries no policy ABI version (.abi, .size: built for "
+			     "a libkvt before 0.1.0?); libkvt %s takes ABI %u: rebuild it "
+			     "against this libkvt's pager/policy.h", KVT_POLICY_SYMBOL,
+			     KVT_VERSION_STRING, KVT_POLICY_ABI);
+		else
+			fail(err, errlen, "%s was built for policy ABI %u (table of %u bytes); "
+			     "libkvt %s takes ABI %u (%zu bytes): rebuild it against this "
+			     "libkvt's pager/policy.h", KVT_POLICY_SYMBOL, o->abi, o->size,
+			     KVT_VERSION_STRING, KVT_POLICY_ABI, sizeof(*o));
+		dlclose(h);
+		return NULL;
 	}
 	why = table_problem(o);
 	if (why) {

@@ -35,7 +35,17 @@ enum kvt_policy_flag {
 	KVT_POLICY_OFFLINE = 1,		/* needs kvt_ref.next: replays only */
 };
 
+/* The layout of struct kvt_policy_ops and the meaning of its calls: a
+ * change to either bumps it, and the loader refuses a plug-in built for
+ * another (kvt_policy_load). */
+#define KVT_POLICY_ABI	1
+
 struct kvt_policy_ops {
+	/* A plug-in sets both (.abi = KVT_POLICY_ABI, .size = sizeof(struct
+	 * kvt_policy_ops)); the built-in policies, compiled with the library,
+	 * may leave them 0. */
+	uint32_t abi;			/* KVT_POLICY_ABI the table was built for */
+	uint32_t size;			/* sizeof(struct kvt_policy_ops) there */
 	const char *name;
 	size_t meta_size;		/* bytes per page for the policy */
 	unsigned flags;			/* enum kvt_policy_flag */
@@ -81,7 +91,9 @@ const struct kvt_policy_ops *kvt_policy_find(const char *spec);
 /*
  * kvt_policy_find, with the reason for a NULL in err (errlen bytes, always
  * terminated; err may be NULL), worded to follow "SPEC: ": no such policy; a path dlopen() cannot
- * load (dlerror's text); no kvt_policy symbol in it; a table with a NULL
+ * load (dlerror's text); no kvt_policy symbol in it; a table built for
+ * another KVT_POLICY_ABI, or smaller than this one's (the message names
+ * both ABIs and this library's version); a table with a NULL
  * name, init, destroy, on_insert, on_access, on_remove or victims, flags
  * it does not know, or a name that is empty or holds ':' or '/'; a name
  * already taken by a built-in policy or by a plug-in loaded from another

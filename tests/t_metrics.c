@@ -151,6 +151,16 @@ static void t_zeroed(int arg)
 	CHECK_EQ(count_lines("kvt_tier_hits_total{"), KVT_NTIERS);
 	CHECK_EQ(count_lines("kvt_tier_io_latency_seconds_bucket{tier=\"host\","), KVT_LAT_BUCKETS);
 	CHECK_EQ(count_lines("kvt_host_hugepages{"), 4);
+	/* The build, once: the version the headers say, the features as the
+	 * tools' --version reads them. */
+	struct kvt_build b;
+	kvt_build_get(&b);
+	CHECK(!strcmp(b.version, KVT_VERSION_STRING));
+	CHECK(!strcmp(kvt_version(), KVT_VERSION_STRING));
+	CHECK(!strcmp(b.simd, "portable") || !strcmp(b.simd, "avx2") || !strcmp(b.simd, "avx512"));
+	has_line("kvt_build_info{version=\"%s\",git=\"%s\",cuda=\"%s\",simd=\"%s\"} 1",
+		 KVT_VERSION_STRING, b.git, b.cuda ? "yes" : "no", b.simd);
+	CHECK_EQ(count_lines("kvt_build_info{"), 1);
 }
 
 static void fill(struct kvt_stats *st)

@@ -11,6 +11,8 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <kvt/version.h>
+
 #include "policy_sim.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -120,6 +122,16 @@ static void test_refused(void)
 	refused(plugin("builtin", NULL), "'lru' is taken by a built-in policy");
 	/* twin.so is the example again in another file: same name. */
 	refused(plugin("twin", NULL), "'layerlru' is taken by another plug-in");
+	/* Another ABI's table, or one without the ABI fields: the message
+	 * names the plug-in's ABI, the library's version and its ABI. */
+	char want[256];
+	snprintf(want, sizeof(want), "was built for policy ABI %u (table of %zu bytes); libkvt %s "
+		 "takes ABI %u (%zu bytes)", KVT_POLICY_ABI + 1, sizeof(struct kvt_policy_ops),
+		 KVT_VERSION_STRING, KVT_POLICY_ABI, sizeof(struct kvt_policy_ops));
+	refused(plugin("nextabi", NULL), want);
+	snprintf(want, sizeof(want), "carries no policy ABI version (.abi, .size: built for a "
+		 "libkvt before 0.1.0?); libkvt %s takes ABI %u", KVT_VERSION_STRING, KVT_POLICY_ABI);
+	refused(plugin("noabi", NULL), want);
 	refused("./", "cannot load");
 	refused("nope:x=1", "no such policy");
 	refused("", "no such policy");

@@ -18,7 +18,8 @@ int main(void)
 	static const char *const pub[] = { "kvt_pager_open", "kvt_pager_close", "kvt_acquire",
 		"kvt_batch_next", "kvt_batch_release", "kvt_seq_open", "kvt_seq_append",
 		"kvt_config_load", "kvt_stats_json", "kvt_stats_prometheus", "kvt_device_open",
-		"kvt_pager_config", "kvt_pager_set", "kvt_control_start", "kvt_control_stop" };
+		"kvt_pager_config", "kvt_pager_set", "kvt_control_start", "kvt_control_stop",
+		"kvt_version" };
 	for (size_t i = 0; i < sizeof(pub) / sizeof(pub[0]); i++) {
 		CHECK(dlsym(h, pub[i]) != NULL);
 		CHECK(dlvsym(h, pub[i], "KVT_0.1") != NULL);

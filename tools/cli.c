@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/kernels.h"
+#include "pager/build.h"
 #include "tools/cli.h"
 
 int cli_bar_on;
@@ -129,4 +130,17 @@ void cli_print_device(FILE *f, const struct kvt_stats *st)
 			d->host_in_place ? "read in place" : "copied up", d->in_place_gbps,
 			d->copy_up_gbps);
 	fputc('\n', f);
+}
+
+int cli_version(int argc, char **argv, const char *tool)
+{
+	struct kvt_build b;
+
+	if (argc < 2 || strcmp(argv[1], "--version"))
+		return 0;
+	kvt_build_get(&b);
+	printf("%s (kvtier) %s\n", tool, b.version);
+	printf("git: %s\n", b.git[0] ? b.git : "unknown (not built in a git checkout)");
+	printf("features: cuda plug-in %s, simd %s\n", b.cuda ? "built" : "not built", b.simd);
+	return 1;
 }

@@ -32,4 +32,11 @@ void cli_print_tiers(FILE *f, const struct kvt_stats *st);
  * and their rate, its kernel time (cli_print_tiers ends with them). */
 void cli_print_device(FILE *f, const struct kvt_stats *st);
 
+/* --version: when argv[1] is "--version", print on stdout what the tool
+ * is: its name and the library's version, the commit the build came from
+ * (git describe, when it was built in a git checkout) and the build's
+ * features (CUDA plug-in built or not, the cpu kernels' SIMD level), and
+ * return 1: the tool exits 0. Else 0, printing nothing. */
+int cli_version(int argc, char **argv, const char *tool);
+
 #endif

@@ -585,12 +585,15 @@ static int usage(FILE *f)
 		   "           read bandwidth (--tokens, --ctx)\n"
 		   "           each of the four: model geometry flags or -m FILE, --dir; --help\n"
 		   "  all    each of the above with short defaults (decode, resume, prefill at 4K,\n"
-		   "         sim on 5M requests)\n");
+		   "         sim on 5M requests)\n"
+		   "  --version  the version and the build's features\n");
 	return f == stderr ? 2 : 0;
 }
 
 int main(int argc, char **argv)
 {
+	if (cli_version(argc, argv, "kvt-bench"))
+		return 0;
 	cli_blas_core(argv);
 	if (argc < 2)
 		return usage(stderr);

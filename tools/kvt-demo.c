@@ -114,7 +114,8 @@ static void usage(FILE *f)
 		"  -p, --policy NAME   policy of every tier (default mru)\n"
 		"      --prefetch N    layers prefetched ahead (default 2)\n"
 		"      --device NAME   cpu, cuda or auto: where the fast tier is (default auto)\n"
-		"      --json          print the final stats as JSON\n");
+		"      --json          print the final stats as JSON\n"
+		"      --version       print the version and the build's features, and exit\n");
 }
 
 int main(int argc, char **argv)
@@ -133,6 +134,8 @@ int main(int argc, char **argv)
 		{ "json", no_argument, 0, 'j' }, { "help", no_argument, 0, 'h' },
 		{ "device", required_argument, 0, 'D' }, { 0 } };
 
+	if (cli_version(argc, argv, "kvt-demo"))
+		return 0;
 	kvt_config_default(&cfg);
 	cfg.n_layers = 8;
 	cfg.tier[KVT_TIER_FAST].bytes = 64ull << 20;

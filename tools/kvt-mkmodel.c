@@ -16,6 +16,7 @@
 
 #include "runtime/gguf.h"
 #include "runtime/synth.h"
+#include "tools/cli.h"
 
 static void usage(FILE *f)
 {
@@ -48,7 +49,9 @@ static void usage(FILE *f)
 		"                 per-pair RoPE divisors (factor 8, low/high frequency\n"
 		"                 factors 1 and 4, original context 8192) as llama.cpp's\n"
 		"                 converter computes them (none)\n"
-		"  -o FILE        output file\n", KVT_SYNTH_MIN_VOCAB, KVT_SYNTH_MIN_VOCAB_GPT2);
+		"  -o FILE        output file\n"
+		"  --version      print the version and the build's features, and exit\n",
+		KVT_SYNTH_MIN_VOCAB, KVT_SYNTH_MIN_VOCAB_GPT2);
 }
 
 static unsigned parse_uint(const char *flag, const char *s)
@@ -102,6 +105,8 @@ int main(int argc, char **argv)
 	unsigned i;
 	int c, pre_set = 0, tok_set = 0;
 
+	if (cli_version(argc, argv, "kvt-mkmodel"))
+		return 0;
 	kvt_synth_default(&s);
 	while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
 		switch (c) {

@@ -117,7 +117,8 @@ static void usage(FILE *f)
 		"      --no-progress     no progress bars\n"
 		"      --print-config    print the effective configuration and exit\n"
 		"      --tokenize        print the prompt's token ids (what --prompt-ids reads) and\n"
-		"                        exit\n");
+		"                        exit\n"
+		"      --version         print the version and the build's features, and exit\n");
 }
 
 /* What lies behind an -EIO from the pager, as ": page 7 (...) lost:
@@ -1186,6 +1187,8 @@ int main(int argc, char **argv)
 	static struct run run;
 	int rc;
 
+	if (cli_version(argc, argv, "kvt-run"))
+		return 0;
 	cli_blas_core(argv);
 	if ((rc = parse_options(argc, argv, &o)) >= 0)
 		return rc;

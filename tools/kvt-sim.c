@@ -83,7 +83,9 @@ static void usage(FILE *f)
 		"          order; every A steps one page is appended to each layer\n"
 		"gen zipf  --requests N --objects M [--alpha 1.0] [--seed 1] -o FILE\n"
 		"  --format kvt|oracle   kvtier (default for scan) or oracleGeneral (zipf)\n"
-		"  --page-bytes N        recorded as the page size (default 4096)\n");
+		"  --page-bytes N        recorded as the page size (default 4096)\n"
+		"\n"
+		"--version               the version and the build's features\n");
 }
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1214,6 +1216,8 @@ static int cmd_info(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	if (cli_version(argc, argv, "kvt-sim"))
+		return 0;
 	if (argc < 2)
 		return usage(stderr), 2;
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -26,6 +26,7 @@
 
 #include "pager/trace.h"
 #include "pager/policy.h"
+#include "tools/cli.h"
 
 static const char *const ev_names[KVT_EV_MAX + 1] = {
 	[KVT_EV_ACCESS] = "access", [KVT_EV_NEW] = "new", [KVT_EV_FREE] = "free",
@@ -46,7 +47,8 @@ static void usage(FILE *f)
 		   "  dump    one line per record (the first N with -n)\n"
 		   "  import  libCacheSim oracleGeneral (binary) or Mooncake JSONL -> kvtier trace\n"
 		   "  export  a trace's ACCESS records as oracleGeneral (next_access_vtime computed)\n"
-		   "FILE and IN may be - (standard input), and zstd-compressed (*.zst).\n");
+		   "FILE and IN may be - (standard input), and zstd-compressed (*.zst).\n"
+		   "  --version  the version and the build's features\n");
 }
 
 static const char *tier_str(uint8_t t)
@@ -174,6 +176,8 @@ int main(int argc, char **argv)
 	char err[512];
 	int r;
 
+	if (cli_version(argc, argv, "kvt-trace"))
+		return 0;
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		usage(stdout);
 		return 0;

@@ -30,7 +30,8 @@ static void usage(FILE *f)
 		   "drain fast|host|\n"
 		   "              trace start FILE|trace stop|help|top [-n N]\n"
 		   "  -s PATH  control socket (default $XDG_RUNTIME_DIR/kvtier.sock, else\n"
-		   "           /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock)\n");
+		   "           /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock)\n"
+		   "  --version  the version and the build's features\n");
 }
 
 static void default_path(char *buf, size_t len)
@@ -209,6 +210,8 @@ int main(int argc, char **argv)
 	int a = 1, fd, rc;
 	char *reply;
 
+	if (cli_version(argc, argv, "kvtctl"))
+		return 0;
 	if (a < argc && !strcmp(argv[a], "-s")) {
 		if (a + 1 >= argc) {
 			usage(stderr);

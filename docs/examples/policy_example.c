@@ -2,8 +2,10 @@
 /*
  * layerlru, an example policy plug-in: LRU, except that the pages of the
  * first `keep` layers (param keep=N, default 1) go only when no other page
- * is left. Build and load it (docs/policies.md):
+ * is left. Build and load it (docs/policies.md): in the tree, or against
+ * an installed libkvt:
  *   cc -O2 -fPIC -shared -I. -Ibuild/gen -o layerlru.so docs/examples/policy_example.c
+ *   cc -O2 -fPIC -shared $(pkg-config --cflags kvt) -o layerlru.so policy_example.c
  *   kvt-run ... --policy fast=./layerlru.so:keep=2
  */
 #include <errno.h>
@@ -93,8 +95,13 @@ static size_t ll_victims(void *state, uint64_t *out, size_t want,
 #define EXAMPLE_SYMBOL	kvt_policy		/* KVT_POLICY_SYMBOL */
 #define EXAMPLE_VICTIMS	ll_victims
 #endif
+#ifndef EXAMPLE_ABI
+#define EXAMPLE_ABI	KVT_POLICY_ABI
+#endif
 
 KVT_POLICY_EXPORT const struct kvt_policy_ops EXAMPLE_SYMBOL = {
+	.abi		= EXAMPLE_ABI,
+	.size		= sizeof(struct kvt_policy_ops),
 	.name		= EXAMPLE_NAME,
 	.meta_size	= sizeof(struct ll_meta),
 	.init		= ll_init,

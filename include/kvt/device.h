@@ -8,8 +8,9 @@
  * and the tools never link a GPU library and run unchanged where there is
  * none. The plug-in is looked for at $KVT_PLUGIN_DIR/libkvt-NAME.so when
  * that is set, else next to the program or library that holds libkvt, in
- * ../lib/kvtier/ and kvtier/ from there, then by the dynamic linker's
- * search path.
+ * ../lib/kvt/ and kvt/ from there (make install puts it in PREFIX/lib/kvt:
+ * that is ../lib/kvt/ from a tool in PREFIX/bin, kvt/ from libkvt.so in
+ * PREFIX/lib), then by the dynamic linker's search path.
  */
 #ifndef KVT_DEVICE_H
 #define KVT_DEVICE_H

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <kvt/config.h>
 #include <kvt/device.h>
+#include <kvt/version.h>
 
 #ifdef __cplusplus
 extern "C" {

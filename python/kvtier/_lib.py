@@ -64,7 +64,8 @@ class Ref(ctypes.Structure):                # struct kvt_ref (pager/policy.h)
 
 # struct kvt_policy_ops (pager/policy.h, the plug-in interface of
 # docs/policies.md): a table of C function pointers.
-POLICY_INIT = ctypes.CFUNCTYPE(c_int, POINTER(c_void_p), c_char_p, c_size_t)
+POLICY_INIT = ctypes.CFUNCTYPE(c_int, POINTER(c_void_p), c_char_p, c_size_t, c_void_p, c_size_t)
+POLICY_ABI = 1      # KVT_POLICY_ABI
 POLICY_DESTROY = ctypes.CFUNCTYPE(None, c_void_p)
 POLICY_EVENT = ctypes.CFUNCTYPE(None, c_void_p, POINTER(Ref), c_void_p)
 POLICY_REMOVE = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_void_p)
@@ -74,7 +75,8 @@ POLICY_VICTIMS = ctypes.CFUNCTYPE(c_size_t, c_void_p, POINTER(c_uint64), c_size_
 
 
 class PolicyOps(ctypes.Structure):
-    _fields_ = [("name", c_char_p), ("meta_size", c_size_t), ("flags", c_uint),
+    _fields_ = [("abi", ctypes.c_uint32), ("size", ctypes.c_uint32),
+                ("name", c_char_p), ("meta_size", c_size_t), ("flags", c_uint),
                 ("init", POLICY_INIT), ("destroy", POLICY_DESTROY),
                 ("on_insert", POLICY_EVENT), ("on_access", POLICY_EVENT),
                 ("on_score", POLICY_EVENT), ("on_remove", POLICY_REMOVE),

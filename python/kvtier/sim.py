@@ -279,6 +279,7 @@ class _PolicyTable:
         self._name = name.encode()
         has_score = cls.score is not Policy.score
         self.ops = _lib.PolicyOps(
+            abi=_lib.POLICY_ABI, size=ctypes.sizeof(_lib.PolicyOps),
             name=self._name, meta_size=0, flags=1 if cls.offline else 0,
             init=_lib.POLICY_INIT(self._init), destroy=_lib.POLICY_DESTROY(self._destroy),
             on_insert=_lib.POLICY_EVENT(self._insert), on_access=_lib.POLICY_EVENT(self._access),
@@ -295,11 +296,14 @@ class _PolicyTable:
             e, self.error = self.error, None
             raise e
 
-    def _init(self, state, params, capacity):
+    def _init(self, state, params, capacity, err, errlen):
         try:
             obj = self.cls(capacity, params.decode() if params else "")
         except Exception as e:  # noqa: BLE001 (raised again after the replay)
             self._fail(e)
+            if err and errlen:  # the one line the engine reports
+                msg = str(e).encode()[:errlen - 1] + b"\0"
+                ctypes.memmove(err, msg, len(msg))
             return -22          # -EINVAL: the engine reports refused parameters
         sid = self.next_id
         self.next_id += 1
