@@ -341,6 +341,7 @@ PUB_H	   = $(wildcard include/kvt/*.h)
 POLICY_H   = $(wildcard pager/policy/*.h)
 INSTALLED  = $(addprefix $(includedir)/kvt/,$(notdir $(PUB_H))) \
 	     $(includedir)/kvt/plugin/pager/policy.h $(includedir)/kvt/plugin/pager/policies.h \
+	     $(includedir)/kvt/plugin/pager/errf.h \
 	     $(addprefix $(includedir)/kvt/plugin/pager/policy/,$(notdir $(POLICY_H))) \
 	     $(libdir)/libkvt.a $(libdir)/libkvt.so.$(VERSION) $(libdir)/$(SONAME) \
 	     $(libdir)/libkvt.so $(pkgconfigdir)/kvt.pc \
@@ -362,7 +363,7 @@ install: all $(BUILD)/kvt.pc $(BUILD)/plugins/example.so
 		$(DESTDIR)$(pkgconfigdir) $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 \
 		$(DESTDIR)$(plugindir)
 	$(INSTALL) -m 644 $(PUB_H) $(DESTDIR)$(includedir)/kvt/
-	$(INSTALL) -m 644 pager/policy.h $(GEN)/policies.h $(DESTDIR)$(includedir)/kvt/plugin/pager/
+	$(INSTALL) -m 644 pager/policy.h pager/errf.h $(GEN)/policies.h $(DESTDIR)$(includedir)/kvt/plugin/pager/
 	$(INSTALL) -m 644 $(POLICY_H) $(DESTDIR)$(includedir)/kvt/plugin/pager/policy/
 	$(INSTALL) -m 644 $(BUILD)/libkvt.a $(DESTDIR)$(libdir)/
 	$(INSTALL) -m 755 $(BUILD)/libkvt.so.$(VERSION) $(DESTDIR)$(libdir)/
