@@ -16,6 +16,7 @@
 
 #include <kvt/pager.h>
 #include "kernels/device.h"
+#include "pager/hooks.h"
 #include "pager/host.h"
 #include "pager/nvme.h"
 #include "pager/policy.h"
@@ -180,9 +181,12 @@ struct kvt_pager {
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
-	struct kvt_psi	*psi;		/* the memory-pressure watcher, or NULL */
-	struct kvt_http	*http;		/* the metrics endpoint, or NULL */
-	double		psi_avg10;	/* its last reading */
+	struct {			/* services beside the pager (kvt_pager_attach) */
+		void	(*stop)(void *arg);
+		void	*arg;
+	} svc[KVT_NSVC];
+	int		http_port;	/* the metrics endpoint's, 0 = none */
+	double		psi_avg10;	/* the watcher's last reading */
 	int		psi_ok;		/* the last reading worked */
 	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */
 
@@ -214,13 +218,6 @@ int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
  * with nowhere else to go do not allow (nothing changes then). */
 int  kvt_host_limit(struct kvt_pager *p, uint32_t n);
 
-/* psi.c: the memory-pressure watcher thread (started at open when
- * psi.threshold > 0 and psi.path is set; stopped first at close). */
-struct kvt_psi;
-int  kvt_psi_start(struct kvt_pager *p);
-void kvt_psi_stop(struct kvt_pager *p);
-int  kvt_psi_parse(const char *buf, double *avg10);
-
 /* trace.c: the recorder behind kvt_pager_trace_start. kvt_recorder_slot
  * is called under the caller's lock (one appender at a time) and returns
  * the record to fill in; it never waits for I/O: a thread of the recorder
@@ -247,10 +244,7 @@ static inline struct kvt_trace_rec *kvt_recorder_slot(struct kvt_recorder *r)
 void kvt_recorder_counts(const struct kvt_recorder *r, uint64_t *records, uint64_t *dropped);
 int  kvt_recorder_finish(struct kvt_recorder *r);
 
-/* stats.c */
+/* stats.c (and kvt_plog, pager/hooks.h) */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
-/* One message through the configured log callback, if any. */
-void kvt_plog(struct kvt_pager *p, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 #endif

@@ -24,7 +24,6 @@
 #include <xxhash.h>
 
 #include "pager/errf.h"
-#include "pager/http.h"
 #include "pager/internal.h"
 
 #define MAX_MOVE	1024	/* pages per promotion batch, at most */
@@ -1532,8 +1531,9 @@ static int tier_init(struct kvt_pager *p, int ti, uint64_t bytes, uint64_t onlin
 
 static void pager_free(struct kvt_pager *p)
 {
-	kvt_http_stop(p->http);
-	kvt_psi_stop(p);
+	for (int i = KVT_NSVC; i-- > 0;)
+		if (p->svc[i].stop)
+			p->svc[i].stop(p->svc[i].arg);
 	if (p->thread_started) {
 		pthread_mutex_lock(&p->lock);
 		p->stop = 1;
@@ -1589,8 +1589,8 @@ static void pager_free(struct kvt_pager *p)
 	free(p);
 }
 
-KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
-			   struct kvt_pager **out)
+int kvt_pager_open_core(const struct kvt_config *cfg, struct kvt_device *dev,
+			struct kvt_pager **out)
 {
 	struct kvt_pager *p;
 	char err[256];
@@ -1767,20 +1767,6 @@ KVT_API int kvt_pager_open(const struct kvt_config *cfg, struct kvt_device *dev,
 		goto fail;
 	p->thread_started = 1;
 	pthread_setname_np(p->thread, "kvt-migrate");
-	if (cfg->psi_threshold > 0 && cfg->psi_path[0]) {
-		r = kvt_psi_start(p);
-		if (r) {
-			kvt_plog(p, KVT_LOG_ERROR, "psi: cannot start the watcher: %s", strerror(-r));
-			goto fail;
-		}
-	}
-	if (cfg->metrics_http[0]) {
-		r = kvt_http_start(p, cfg->metrics_http, &p->http, err, sizeof(err));
-		if (r) {
-			kvt_plog(p, KVT_LOG_ERROR, "%s", err);
-			goto fail;
-		}
-	}
 	*out = p;
 	return 0;
 fail:
@@ -3023,6 +3009,46 @@ int kvt_host_limit(struct kvt_pager *p, uint32_t n)
 	return 0;
 }
 
+void kvt_pager_attach(struct kvt_pager *p, enum kvt_service kind, void (*stop)(void *arg),
+		      void *arg, int port)
+{
+	p->svc[kind].stop = stop;
+	p->svc[kind].arg = arg;
+	if (kind == KVT_SVC_HTTP)
+		p->http_port = port;
+}
+
+void kvt_pager_pressure(struct kvt_pager *p, int r, double avg10, int triggered)
+{
+	pthread_mutex_lock(&p->lock);
+	p->psi_ok = !r;
+	p->psi_avg10 = r ? 0 : avg10;
+	uint64_t pb = p->page_bytes;
+	uint64_t top = p->cfg.tier[KVT_TIER_HOST].bytes / pb;
+	uint64_t floor = p->cfg.host_floor / pb;
+	double th = p->cfg.psi_threshold;
+	if (floor < 2)
+		floor = 2;
+	if (top > p->t[KVT_TIER_HOST].nframes)
+		top = p->t[KVT_TIER_HOST].nframes;
+	uint64_t step = top > floor ? (top - floor + 7) / 8 : 1;
+	uint64_t cur = p->psi_frames < top ? p->psi_frames : top;
+	if (!r && th > 0 && (avg10 >= th || triggered) && cur > floor) {
+		uint64_t n = cur > floor + step ? cur - step : floor;
+		/* Not below what the pinned pages and the pages with nowhere
+		 * else to go need: try smaller steps down to one frame. */
+		while (n < cur && kvt_host_limit(p, (uint32_t)n))
+			n += (cur - n + 1) / 2;
+		if (n < cur)
+			p->psi_shrinks++;
+	} else if ((r || th <= 0 || avg10 < th / 2) && p->psi_frames != UINT32_MAX) {
+		uint64_t n = cur + step;
+		if (!kvt_host_limit(p, n >= top ? UINT32_MAX : (uint32_t)n))
+			p->psi_grows++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* Change one configuration key while the pager runs. The value is parsed
  * and range-checked by kvt_config_set on a copy of the configuration;
  * what can change live is applied, the rest refused with -EPERM. All or
@@ -3045,7 +3071,7 @@ KVT_API int kvt_pager_set(struct kvt_pager *p, const char *key, const char *valu
 	if (!strcmp(key, "access.prefetch_depth")) {
 		p->cfg.prefetch_depth = c.prefetch_depth;
 	} else if (!strcmp(key, "tier.host.floor") ||
-		   (!strcmp(key, "psi.threshold") && p->psi)) {
+		   (!strcmp(key, "psi.threshold") && p->svc[KVT_SVC_PSI].stop)) {
 		/* The watcher reads both at its next reading. */
 		p->cfg.host_floor = c.host_floor;
 		p->cfg.psi_threshold = c.psi_threshold;
@@ -3117,9 +3143,9 @@ KVT_API int kvt_pager_stats(struct kvt_pager *p, struct kvt_stats *st)
 		st->trace_records = p->trace_records;
 		st->trace_dropped = p->trace_dropped;
 	}
-	st->metrics_http_port = kvt_http_port(p->http);
+	st->metrics_http_port = p->http_port;
 	st->host_releases = p->t[KVT_TIER_HOST].release;
-	st->psi_watching = p->psi != NULL;
+	st->psi_watching = p->svc[KVT_SVC_PSI].stop != NULL;
 	st->psi_ok = p->psi_ok;
 	st->psi_some_avg10 = p->psi_avg10;
 	st->psi_shrinks = p->psi_shrinks;
