@@ -8,7 +8,9 @@
 #     (include/kvt/), its own folder, the core's narrow hook header
 #     (pager/hooks.h) and its text helper (pager/out.h);
 #   - the pager core knows nothing of sockets: no socket header, no
-#     socket, bind, listen, accept or connect call.
+#     socket, bind, listen, accept or connect call;
+#   - kernels/ (the devices) knows nothing of pages: it includes nothing
+#     of pager/, runtime/ or ops/.
 # Each breach is one line naming the file and the include or call.
 # Exit 0 pass, 1 fail.
 cd "$(dirname "$0")/.." || exit 1
@@ -24,8 +26,10 @@ complain() {
 core=$(find pager kernels runtime -name '*.[ch]' | sort)
 ops=$(find ops -name '*.[ch]' | sort)
 pager=$(find pager -name '*.[ch]' | sort)
+kernels=$(find kernels -name '*.[ch]' -o -name '*.cu' | sort)
 [ "$(echo "$core" | wc -w)" -ge 20 ] || complain "found $(echo "$core" | wc -w) core files"
 [ "$(echo "$ops" | wc -w)" -ge 5 ] || complain "found $(echo "$ops" | wc -w) ops files"
+[ "$(echo "$kernels" | wc -w)" -ge 10 ] || complain "found $(echo "$kernels" | wc -w) kernels files"
 [ -f pager/hooks.h ] || complain "pager/hooks.h is missing"
 
 # #include "X": the quoted name, one per line: FILE:LINE:NAME.
@@ -62,6 +66,15 @@ for f in $pager; do
 	grep -nE '(^|[^A-Za-z0-9_.>])(socket|bind|listen|accept4?|connect)[[:space:]]*\(' "$f" /dev/null |
 		grep -vE '^[^:]*:[0-9]+:[[:space:]]*(/?\*|//)' |
 		sed 's/$/: the pager core knows nothing of sockets/'
+done >>"${TMPDIR:-/tmp}/t_layers.$$"
+
+for f in $kernels; do
+	quoted "$f" | while IFS=: read -r file line name; do
+		case $name in
+		pager/*|runtime/*|ops/*|*/pager/*|*/runtime/*|*/ops/*)
+			echo "$file:$line includes \"$name\": kernels/ may not use the layers above it" ;;
+		esac
+	done
 done >>"${TMPDIR:-/tmp}/t_layers.$$"
 
 if [ -s "${TMPDIR:-/tmp}/t_layers.$$" ]; then
