@@ -40,8 +40,9 @@ enum kvt_service {
  * stop(arg) before anything else of the pager stops, the services in
  * reverse order of kind, so a service may use the public API until its
  * stop returns. port is what kvt_stats.metrics_http_port reports for
- * KVT_SVC_HTTP (ignored for the others). Only between
- * kvt_pager_open_core and handing p out: it takes no lock. */
+ * KVT_SVC_HTTP (ignored for the others). Between kvt_pager_open_core and
+ * handing p out (kvt_pager_open); takes the pager lock, as a service
+ * already running may read the stats. */
 void kvt_pager_attach(struct kvt_pager *p, enum kvt_service kind, void (*stop)(void *arg),
 		      void *arg, int port);
 

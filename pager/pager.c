@@ -517,10 +517,12 @@ static int swap_policy(struct kvt_pager *p, int ti, const char *key, const char 
 void kvt_pager_attach(struct kvt_pager *p, enum kvt_service kind, void (*stop)(void *arg),
 		      void *arg, int port)
 {
+	pthread_mutex_lock(&p->lock);
 	p->svc[kind].stop = stop;
 	p->svc[kind].arg = arg;
 	if (kind == KVT_SVC_HTTP)
 		p->http_port = port;
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* Change one configuration key while the pager runs. The value is parsed
