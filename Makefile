@@ -40,11 +40,21 @@ VERSION	      := $(shell sed -n 's/^\#define KVT_VERSION_STRING[[:space:]]*"\(.*
 VERSION_MAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME	       = libkvt.so.$(VERSION_MAJOR)
 CFLAGS	+= -I$(GEN)
-LIB_SRC	 = $(wildcard pager/*.c pager/policy/*.c kernels/*.c kernels/cpu/*.c runtime/*.c)
-LIB_OBJ	 = $(LIB_SRC:%.c=$(BUILD)/%.o)
+# libkvt, layer by layer (docs/architecture.md): the pager core, the
+# operator layer above it (ops/: control socket, metrics endpoint,
+# memory-pressure watcher; it uses the core through include/kvt/ and
+# pager/hooks.h only, and tests/t_layers.sh keeps it so), the devices,
+# the runtime.
+CORE_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(wildcard pager/*.c pager/policy/*.c))
+OPS_OBJ	 = $(patsubst %.c,$(BUILD)/%.o,$(wildcard ops/*.c))
+DEV_OBJ	 = $(patsubst %.c,$(BUILD)/%.o,$(wildcard kernels/*.c kernels/cpu/*.c))
+RT_OBJ	 = $(patsubst %.c,$(BUILD)/%.o,$(wildcard runtime/*.c))
+LIB_OBJ	 = $(CORE_OBJ) $(OPS_OBJ) $(DEV_OBJ) $(RT_OBJ)
 TOOLS	 = $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/kvt-*.c)) $(BUILD)/kvtctl
 TEST_SRC = $(wildcard tests/t_*.c)
-TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) tests/t_install.sh
+# Test scripts run from the source tree, as they are.
+TEST_SH	 = tests/t_layers.sh tests/t_install.sh
+TESTS	 = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(TEST_SH)
 # The Python package's tests (python/tests) over build/libkvt.so; not in
 # the sanitizer suites: a plain python3 cannot load a sanitized library.
 ifeq ($(SAN),)

@@ -29,10 +29,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/types.h>
+#include <arpa/inet.h>
 #include <ini.h>
 #include <kvt/config.h>
 #include "pager/errf.h"
-#include "pager/http.h"
+#include "pager/hooks.h"
 
 #define KVT_API __attribute__((visibility("default")))
 
@@ -644,6 +645,58 @@ KVT_API int kvt_config_set(struct kvt_config *cfg, const char *key, const char *
 	return set_key(cfg, key, value, err, errlen);
 }
 
+/* metrics.http (pager/hooks.h): the text alone; ops/http.c binds it. */
+int kvt_config_http_addr(const char *s, unsigned char addr[16], int *v6, unsigned *port,
+			 char *why, size_t whylen)
+{
+	static const char usage[] = "must be a loopback address (127.0.0.0/8, localhost or "
+				    "[::1]) and a port 0..65535, e.g. 127.0.0.1:9187";
+	static const unsigned char loop6[16] = { [15] = 1 };
+	char host[64];
+	const char *colon, *h;
+	size_t hl;
+	char *end;
+
+	memset(addr, 0, 16);
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+		if (!rb || rb[1] != ':')
+			goto bad;
+		h = s + 1;
+		hl = (size_t)(rb - h);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			goto bad;
+		h = s;
+		hl = (size_t)(colon - s);
+	}
+	if (!hl || hl >= sizeof(host) || !colon[1] || colon[1] < '0' || colon[1] > '9')
+		goto bad;
+	memcpy(host, h, hl);
+	host[hl] = 0;
+	errno = 0;
+	unsigned long n = strtoul(colon + 1, &end, 10);
+	if (*end || errno || n > 65535)
+		goto bad;
+	*port = (unsigned)n;
+	if (s[0] == '[') {
+		if (inet_pton(AF_INET6, host, addr) != 1 || memcmp(addr, loop6, 16))
+			goto bad;
+		*v6 = 1;
+		return 0;
+	}
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, addr) != 1 || addr[0] != 127)
+		goto bad;
+	*v6 = 0;
+	return 0;
+bad:
+	return kvt_errf(why, whylen, -EINVAL, "metrics.http = %.80s: %s", s, usage);
+}
+
 KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t errlen)
 {
 	char v[KVT_PATH_MAX], e[ECHO_MAX + 8], a[32], b[32];
@@ -699,10 +752,11 @@ KVT_API int kvt_config_validate(const struct kvt_config *cfg, char *err, size_t 
 	if (cfg->tier[KVT_TIER_NVME].max_bytes)
 		return kvt_errf(err, errlen, -EINVAL, "tier.nvme.max_bytes: the NVMe tier cannot grow");
 	if (cfg->metrics_http[0]) {
-		struct sockaddr_storage sa;
-		socklen_t salen;
+		unsigned char addr[16];
+		unsigned port;
+		int v6;
 
-		rc = kvt_http_addr(cfg->metrics_http, &sa, &salen, err, errlen);
+		rc = kvt_config_http_addr(cfg->metrics_http, addr, &v6, &port, err, errlen);
 		if (rc)
 			return rc;
 	}

@@ -13,9 +13,11 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <kvt/pager.h>
 #include "kernels/device.h"
+#include "pager/hooks.h"
 #include "pager/host.h"
 #include "pager/nvme.h"
 #include "pager/policy.h"
@@ -70,7 +72,7 @@ struct page {
  * bytes); `online` of them are in service. The others are offline: out of
  * the free map, never allocated, marked in offmap. A shrink takes free
  * frames offline at once; the rest of the shrink (nframes - online - noff
- * frames, the "debt") is paid by frame_free, which takes a frame offline
+ * frames, the "debt") is paid by kvt_frame_free, which takes a frame offline
  * instead of freeing it while the debt lasts, and the migration thread
  * evicts pages until it is paid. A grow pays the debt off first, then
  * brings offline frames back. No page ever moves between frames of one
@@ -180,9 +182,12 @@ struct kvt_pager {
 	uint32_t	move_batch;	/* pages per promotion batch */
 	struct kvt_nvme_info nvme_info;	/* copied by the migration thread after I/O */
 	uint32_t	psi_frames;	/* host tier limit under memory pressure (UINT32_MAX: none) */
-	struct kvt_psi	*psi;		/* the memory-pressure watcher, or NULL */
-	struct kvt_http	*http;		/* the metrics endpoint, or NULL */
-	double		psi_avg10;	/* its last reading */
+	struct {			/* services beside the pager (kvt_pager_attach) */
+		void	(*stop)(void *arg);
+		void	*arg;
+	} svc[KVT_NSVC];
+	int		http_port;	/* the metrics endpoint's, 0 = none */
+	double		psi_avg10;	/* the watcher's last reading */
 	int		psi_ok;		/* the last reading worked */
 	uint64_t	psi_shrinks, psi_grows;	/* limit changes it made */
 
@@ -207,20 +212,185 @@ struct kvt_pager {
 	uint32_t	 extent;	/* NVMe frames placed together: io.max_io_bytes of pages */
 };
 
-/* pager.c */
+#define MAX_MOVE	1024	/* pages per promotion batch, at most */
+#define MAX_FLIGHT	4096	/* pages one promotion carries, its refills included */
+#define MAX_VICTIMS	64	/* victims asked for at once */
+#define RETRY_NS	10000000ull	/* back-off after a failed background reclaim */
+#define NVME_PAUSE_NS	100000000ull	/* pause demotion to NVMe after ENOSPC/EIO */
+#define ENOSPC_WAIT_NS	100000000ull	/* how long a batch waits for frames to unpin */
+#define RETRY_WAIT_NS	5000000ull	/* a failed promotion is retried this often */
+
+/* A batch (acquire.c) and its entries, one per page asked for. */
+struct entry {
+	uint32_t slot, gen, index;
+	uint32_t ntok;
+	const uint8_t *ptr;	/* frame, once pinned */
+	int8_t	 tier;
+	int8_t	 err;		/* -errno to report instead of a view */
+	uint8_t	 pinned;
+	uint8_t	 held;		/* missing and not asked for yet (ask()) */
+	uint8_t	 asked;		/* asked for, not handed out yet: one of lead */
+};
+
+struct kvt_batch {
+	struct kvt_pager *p;
+	uint32_t seq;		/* slot of the sequence */
+	uint32_t n;
+	uint32_t nready;	/* entries queued in ready[] */
+	uint32_t rpos;		/* next ready[] to hand out */
+	uint32_t unpinned;	/* ready[] before this are unpinned */
+	uint32_t done;		/* held batches: ready[] before this are no longer read */
+	uint8_t	 hold;		/* kvt_batch_hold: unpin only what kvt_batch_done gave back */
+	uint32_t npend;
+	uint32_t nheld;		/* entries held */
+	uint32_t ask;		/* no entry before e[ask] is held */
+	uint32_t lead;		/* entries asked for and not handed out yet */
+	uint32_t win;		/* asked for at most */
+	uint32_t low;		/* ask for more when lead is down to this */
+	int	 target;
+	uint64_t handed, in_place;
+	struct entry *e;	/* [n] */
+	uint32_t *ready;	/* [n] entry indices in readiness order */
+	uint32_t *pend;		/* [npend] entry indices still moving */
+};
+
+/* One page in flight in a promotion or demotion. */
+struct move {
+	uint32_t slot, gen;
+	uint32_t from, to;	/* source and destination frame */
+	uint32_t hf;		/* host frame used on the way up from NVMe */
+	uint64_t fence;
+	uint64_t csum;
+	uint64_t lat_ns;	/* promotions from NVMe: the read's latency */
+	int	 res;		/* demotions: the write or copy down */
+	int	 rres, cres;	/* promotions: the read from NVMe, the copy up */
+	uint8_t	 via_nvme;
+	uint8_t	 up;		/* its destination is the fast tier */
+	uint8_t	 landed;	/* promotions: done and published */
+};
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#if defined(KVT_DEBUG)
+#include <assert.h>
+#define CHECK_INVARIANTS(p) do { char _e[256]; \
+	if ((p)->npages <= 8192 && kvt_pager_check(p, _e, sizeof(_e))) { \
+		fprintf(stderr, "kvt invariant: %s\n", _e); abort(); } } while (0)
+#else
+#define CHECK_INVARIANTS(p) do { } while (0)
+#endif
+
+/* table.c: frames, pages, trace records (lock held) */
 int  kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen);
+uint32_t kvt_frame_alloc_run(struct tier *t, uint32_t want, uint32_t *got);
+uint32_t kvt_frame_alloc(struct tier *t);
+int  kvt_frame_take(struct tier *t, uint32_t f);
+void kvt_frame_offline(struct tier *t, uint32_t f);
+void kvt_frame_online(struct tier *t, uint32_t f);
+void kvt_frame_free(struct tier *t, uint32_t f);
+void kvt_trace_page(struct kvt_pager *p, uint64_t t, uint8_t ev, uint32_t slot, int from,
+		    int to, uint32_t bytes, uint8_t flags, float score);
+void kvt_trace_step(struct kvt_pager *p);
+void kvt_set_top(struct page *pg);
+int  kvt_pf_unset(struct kvt_pager *p, struct page *pg);
+void kvt_place(struct kvt_pager *p, uint32_t slot, int ti, uint32_t f);
+void kvt_unplace(struct kvt_pager *p, uint32_t slot, int ti, int demote, int drop);
+uint32_t kvt_page_new(struct kvt_pager *p);
+void kvt_page_free(struct kvt_pager *p, uint32_t s);
+void kvt_page_unref(struct kvt_pager *p, uint32_t s);
+void kvt_page_lose(struct kvt_pager *p, uint32_t s);
+void kvt_unpin(struct kvt_pager *p, uint32_t s);
+void kvt_stage_in(struct kvt_pager *p, struct page *pg, int prefetch);
+void kvt_stage_out(struct kvt_pager *p, struct page *pg);
+uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch);
+
+/* TRACE costs a test of p->rec when no trace is being recorded. */
+#define TRACE(p, ...) do { if (__builtin_expect((p)->rec != NULL, 0)) \
+		kvt_trace_page((p), __VA_ARGS__); } while (0)
+
+static inline int frame_is_free(const struct tier *t, uint32_t f)
+{
+	return f < t->nframes && (t->freemap[f / 64] >> (f % 64) & 1);
+}
+
+/* Frames still to be taken offline after a shrink. */
+static inline uint32_t debt(const struct tier *t)
+{
+	return t->nframes - t->online - t->noff;
+}
+
+static inline uint8_t *frame_ptr(const struct tier *t, uint32_t f)
+{
+	return t->base + (uint64_t)f * t->stride;
+}
+
+static inline void *meta_of(const struct tier *t, uint32_t f)
+{
+	return t->meta + (size_t)f * t->pol->meta_size;
+}
+
+/* What the policies are told of a reference to page slot. */
+static inline struct kvt_ref ref_of(const struct kvt_pager *p, uint32_t slot)
+{
+	const struct page *pg = &p->pages[slot];
+
+	return (struct kvt_ref){
+		.key = slot, .time = p->time, .step = p->step, .next = KVT_NEVER,
+		.seq = pg->seq, .layer = pg->layer, .index = pg->index,
+	};
+}
+
+static inline unsigned copies(const struct page *pg)
+{
+	return (pg->frame[0] != NO_FRAME) + (pg->frame[1] != NO_FRAME) +
+	       (pg->frame[2] != NO_FRAME);
+}
+
+/* Count an access: once per page per step. */
+static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
+{
+	struct page *pg = &p->pages[s];
+	if (pg->last_step != p->step) {
+		struct tier *t = &p->t[ti];
+		pg->last_step = p->step;
+		p->time++;
+		p->step_pages++;
+		struct kvt_ref r = ref_of(p, s);
+		t->pol->on_access(t->pst, &r, meta_of(t, pg->frame[ti]));
+	}
+}
+
+/* migrate.c: the queues and the migration thread */
+void kvt_queue_demand(struct kvt_pager *p, uint32_t s);
+void kvt_wake_migrate(struct kvt_pager *p);
+void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s);
+void *kvt_migrate_main(void *arg);
+int  kvt_run_job_sync(struct kvt_pager *p, struct job *j);
+uint32_t kvt_alloc_tail_frame(struct kvt_pager *p);
+
+/* watermark.c: watermarks and live capacity (lock held) */
+void kvt_tier_marks(struct kvt_pager *p, int ti);
+void kvt_tier_apply(struct kvt_pager *p, int ti);
+int  kvt_resize_check(struct kvt_pager *p, int ti, uint64_t n, const char *key,
+		      const char *value, char *err, size_t errlen);
 /* Limit the host tier to n frames under memory pressure (UINT32_MAX: no
  * limit); its capacity is the smaller of that and tier.host.bytes. Lock
  * held. 0, or the refusal of a shrink that the pinned pages or the pages
  * with nowhere else to go do not allow (nothing changes then). */
 int  kvt_host_limit(struct kvt_pager *p, uint32_t n);
 
-/* psi.c: the memory-pressure watcher thread (started at open when
- * psi.threshold > 0 and psi.path is set; stopped first at close). */
-struct kvt_psi;
-int  kvt_psi_start(struct kvt_pager *p);
-void kvt_psi_stop(struct kvt_pager *p);
-int  kvt_psi_parse(const char *buf, double *avg10);
+/* seq.c: sequences */
+struct seq *kvt_seq_get(struct kvt_pager *p, kvt_seq_t h, int *err);
+void kvt_scores_update(struct kvt_pager *p);
+
+/* acquire.c: batches */
+int  kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uint32_t *pages,
+		      unsigned n, int target, int ahead, struct kvt_batch **out);
 
 /* trace.c: the recorder behind kvt_pager_trace_start. kvt_recorder_slot
  * is called under the caller's lock (one appender at a time) and returns
@@ -252,10 +422,7 @@ int  kvt_recorder_finish(struct kvt_recorder *r);
 void kvt_lasterr_read(struct kvt_pager *p, int cause, int tier, uint64_t offset,
 		      uint32_t bytes, uint32_t page, const struct kvt_ref *r);
 
-/* stats.c */
+/* stats.c (and kvt_plog, pager/hooks.h) */
 void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
-/* One message through the configured log callback, if any. */
-void kvt_plog(struct kvt_pager *p, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Text into a caller's buffer, snprintf-style: the stats as JSON
- * (stats.c) and as Prometheus text (metrics.c).
+ * (stats.c) and as Prometheus text (ops/metrics.c).
  */
 #ifndef KVT_PAGER_OUT_H
 #define KVT_PAGER_OUT_H

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The replay engine (pager/sim.h): trace loading and remapping, the
- * multi-tier replay that mirrors pager/pager.c's residency rules, the
- * miss-ratio curves on a thread pool, and the synthetic traces.
+ * multi-tier replay that mirrors the pager's residency rules (pager/table.c,
+ * pager/migrate.c, pager/acquire.c), the miss-ratio curves on a thread
+ * pool, and the synthetic traces.
  *
  * Mirroring the pager: the functions below named after the pager's
  * (place, unplace, unevictable, reclaim, demote_write, promote, touch,
- * count_lookup) do what theirs do, in the same order, with the I/O taken
+ * count_lookup; kvt_place and kvt_unplace there) do what theirs do, in the same order, with the I/O taken
  * out: a move is instant and always succeeds, so the states MOVING and
  * LOST do not arise except for the one page a promotion is bringing up.
  * Keys handed to the policies are the dense page ids.

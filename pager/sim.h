@@ -2,9 +2,10 @@
 /*
  * The replay engine behind kvt-sim: a trace played against any number of
  * tiers, each with a capacity, a policy and the cost of moving a page in
- * and out, under the pager's residency rules (pager/pager.c) and with the
- * same policy objects (pager/policy.h). Library code: no printing, no
- * exit; 0 or -errno, with a message in err where one is asked for.
+ * and out, under the pager's residency rules (pager/table.c,
+ * pager/migrate.c) and with the same policy objects (pager/policy.h).
+ * Library code: no printing, no exit; 0 or -errno, with a message in err
+ * where one is asked for.
  *
  * A trace is loaded once into dense arrays (struct kvt_sim_trace): every
  * page key is remapped to a small id in one hash pass, so a replay touches

@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include <strings.h>
 #include "common.h"
-#include "pager/http.h"
+#include "ops/http.h"
 #include "prom_check.h"
 
 static int port;

@@ -15,7 +15,7 @@
 /* The file's static helpers, with its exported function renamed so that
  * this copy cannot clash with the library's. */
 #define kvt_stats_prometheus t_metrics_copy
-#include "pager/metrics.c"
+#include "ops/metrics.c"
 #undef kvt_stats_prometheus
 
 #include "prom_check.h"

@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pager/build.h"
-#include "pager/internal.h"
+#include <kvt/pager.h>
+#include "pager/hooks.h"
 #include "pager/out.h"
 
 #define NS_PER_S 1000000000ull

@@ -42,7 +42,8 @@
 #include <unistd.h>
 
 #include <kvt/pager.h>
-#include "pager/http.h"
+#include "ops/http.h"
+#include "pager/hooks.h"
 
 #define MAX_CLIENTS	16
 #define REQ_MAX		8192		/* bytes of a request head */
@@ -77,60 +78,28 @@ static uint64_t now_ms(void)
 int kvt_http_addr(const char *s, struct sockaddr_storage *sa, socklen_t *salen,
 		  char *why, size_t whylen)
 {
-	static const char usage[] = "must be a loopback address (127.0.0.0/8, localhost or "
-				    "[::1]) and a port 0..65535, e.g. 127.0.0.1:9187";
-	char host[64];
-	const char *colon, *h;
-	size_t hl;
-	char *end;
+	unsigned char addr[16];
+	unsigned port;
+	int v6, r;
 
 	memset(sa, 0, sizeof(*sa));
-	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-		if (!rb || rb[1] != ':')
-			goto bad;
-		h = s + 1;
-		hl = (size_t)(rb - h);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			goto bad;
-		h = s;
-		hl = (size_t)(colon - s);
-	}
-	if (!hl || hl >= sizeof(host) || !colon[1] || colon[1] < '0' || colon[1] > '9')
-		goto bad;
-	memcpy(host, h, hl);
-	host[hl] = 0;
-	errno = 0;
-	unsigned long port = strtoul(colon + 1, &end, 10);
-	if (*end || errno || port > 65535)
-		goto bad;
-	if (s[0] == '[') {
+	r = kvt_config_http_addr(s, addr, &v6, &port, why, whylen);
+	if (r)
+		return r;
+	if (v6) {
 		struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)sa;
-		if (inet_pton(AF_INET6, host, &a6->sin6_addr) != 1 ||
-		    !IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr))
-			goto bad;
+		memcpy(&a6->sin6_addr, addr, 16);
 		a6->sin6_family = AF_INET6;
 		a6->sin6_port = htons((uint16_t)port);
 		*salen = sizeof(*a6);
 		return 0;
 	}
 	struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
-	if (!strcmp(host, "localhost"))
-		strcpy(host, "127.0.0.1");
-	if (inet_pton(AF_INET, host, &a4->sin_addr) != 1 ||
-	    (ntohl(a4->sin_addr.s_addr) >> 24) != 127)
-		goto bad;
+	memcpy(&a4->sin_addr, addr, 4);
 	a4->sin_family = AF_INET;
 	a4->sin_port = htons((uint16_t)port);
 	*salen = sizeof(*a4);
 	return 0;
-bad:
-	if (why && whylen)
-		snprintf(why, whylen, "metrics.http = %.80s: %s", s, usage);
-	return -EINVAL;
 }
 
 /* --- replies ------------------------------------------------------------- */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The memory-pressure watcher: a thread that reads the "some avg10" of
- * psi.path (/proc/pressure/memory) every psi.interval_ms and limits the
- * host tier through the live capacity mechanism (kvt_host_limit): while
+ * psi.path (/proc/pressure/memory) every psi.interval_ms and hands it to
+ * the pager's pressure hook (kvt_pager_pressure, pager/hooks.h), which
+ * limits the host tier through the live capacity mechanism: while
  * avg10 is at or above psi.threshold it takes an eighth of the way
  * between tier.host.bytes and tier.host.floor off at each reading, down
  * to the floor; once avg10 is below half the threshold it gives the same
@@ -34,7 +35,10 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "pager/internal.h"
+#include <kvt/config.h>
+#include <kvt/pager.h>
+#include "ops/psi.h"
+#include "pager/hooks.h"
 
 #define PROC_MAGIC	0x9fa0		/* PROC_SUPER_MAGIC */
 #define TRIGGER_WIN_US	2000000u	/* unprivileged triggers need a multiple of 2 s */
@@ -147,33 +151,7 @@ static void tick(struct kvt_psi *w, int triggered)
 			"memory pressure", w->path, why);
 		w->warned = 1;
 	}
-	pthread_mutex_lock(&p->lock);
-	p->psi_ok = !r;
-	p->psi_avg10 = r ? 0 : avg10;
-	uint64_t pb = p->page_bytes;
-	uint64_t top = p->cfg.tier[KVT_TIER_HOST].bytes / pb;
-	uint64_t floor = p->cfg.host_floor / pb;
-	double th = p->cfg.psi_threshold;
-	if (floor < 2)
-		floor = 2;
-	if (top > p->t[KVT_TIER_HOST].nframes)
-		top = p->t[KVT_TIER_HOST].nframes;
-	uint64_t step = top > floor ? (top - floor + 7) / 8 : 1;
-	uint64_t cur = p->psi_frames < top ? p->psi_frames : top;
-	if (!r && th > 0 && (avg10 >= th || triggered) && cur > floor) {
-		uint64_t n = cur > floor + step ? cur - step : floor;
-		/* Not below what the pinned pages and the pages with nowhere
-		 * else to go need: try smaller steps down to one frame. */
-		while (n < cur && kvt_host_limit(p, (uint32_t)n))
-			n += (cur - n + 1) / 2;
-		if (n < cur)
-			p->psi_shrinks++;
-	} else if ((r || th <= 0 || avg10 < th / 2) && p->psi_frames != UINT32_MAX) {
-		uint64_t n = cur + step;
-		if (!kvt_host_limit(p, n >= top ? UINT32_MAX : (uint32_t)n))
-			p->psi_grows++;
-	}
-	pthread_mutex_unlock(&p->lock);
+	kvt_pager_pressure(p, r, avg10, triggered);
 }
 
 static void *watch(void *arg)
@@ -201,24 +179,31 @@ static void *watch(void *arg)
 	return NULL;
 }
 
-int kvt_psi_start(struct kvt_pager *p)
+int kvt_psi_start(struct kvt_pager *p, struct kvt_psi **out)
 {
 	struct kvt_psi *w = calloc(1, sizeof(*w));
+	struct kvt_config *cfg = malloc(sizeof(*cfg));
 	int r;
 
-	if (!w)
+	if (!w || !cfg) {
+		free(w);
+		free(cfg);
 		return -ENOMEM;
+	}
+	kvt_pager_config(p, cfg);
 	w->p = p;
 	w->tfd = -1;
-	snprintf(w->path, sizeof(w->path), "%s", p->cfg.psi_path);
-	w->interval_ms = p->cfg.psi_interval_ms;
+	snprintf(w->path, sizeof(w->path), "%s", cfg->psi_path);
+	w->interval_ms = cfg->psi_interval_ms;
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0) {
 		r = -errno;
+		free(cfg);
 		free(w);
 		return r;
 	}
-	open_trigger(w, p->cfg.psi_threshold);
+	open_trigger(w, cfg->psi_threshold);
+	free(cfg);
 	r = -pthread_create(&w->th, NULL, watch, w);
 	if (r) {
 		if (w->tfd >= 0)
@@ -227,13 +212,12 @@ int kvt_psi_start(struct kvt_pager *p)
 		free(w);
 		return r;
 	}
-	p->psi = w;
+	*out = w;
 	return 0;
 }
 
-void kvt_psi_stop(struct kvt_pager *p)
+void kvt_psi_stop(struct kvt_psi *w)
 {
-	struct kvt_psi *w = p->psi;
 	uint64_t one = 1;
 
 	if (!w)
@@ -245,5 +229,4 @@ void kvt_psi_stop(struct kvt_pager *p)
 		close(w->tfd);
 	close(w->efd);
 	free(w);
-	p->psi = NULL;
 }

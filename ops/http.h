@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The metrics endpoint (metrics.http): a thread serving GET /metrics over
- * HTTP/1.1 on a loopback address. Private to the library.
+ * HTTP/1.1 on a loopback address. Private to ops/.
  */
-#ifndef KVT_PAGER_HTTP_H
-#define KVT_PAGER_HTTP_H
+#ifndef KVT_OPS_HTTP_H
+#define KVT_OPS_HTTP_H
 
 #include <stddef.h>
 #include <sys/socket.h>
