@@ -11,7 +11,14 @@
 # list for this suite fails, and a listed skip that ran is pointed out (a
 # note, not a failure). The suite is $KVT_SUITE, else the last part of
 # $BUILD ("build" being "plain"): asan, tsan, plain.
-timeout_s=${KVT_TEST_TIMEOUT:-120}
+#
+# Each test's limit is KVT_TEST_TIMEOUT seconds, else 120 times
+# KVT_TEST_SLOW, else 240 when the load average is above the number of
+# cpus (the tests scale their own waits alike: t_slow in tests/common.c).
+set -f		# skip patterns are matched against names, never expanded
+slow=${KVT_TEST_SLOW:-$(awk -v n="$(nproc 2>/dev/null || echo 1)" \
+	'{ s = $1 > n ? 2 : 1; print s; exit }' /proc/loadavg 2>/dev/null || echo 1)}
+timeout_s=${KVT_TEST_TIMEOUT:-$((120 * slow))}
 keep=${BUILD:-build}/test-logs
 suite=${KVT_SUITE:-$(basename "${BUILD:-build}")}
 [ "$suite" = build ] && suite=plain
