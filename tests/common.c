@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,6 +25,38 @@ unsigned t_scale(unsigned n)
 	if (d < 1)
 		d = 1;
 	return n / d ? n / d : 1;
+}
+
+unsigned t_slow(void)
+{
+	static unsigned slow;
+	const char *s = getenv("KVT_TEST_SLOW");
+	double load;
+
+	if (slow)
+		return slow;
+	if (s && atoi(s) >= 1)
+		return slow = (unsigned)atoi(s);
+#ifdef KVT_DEBUG
+	slow = 4;
+#else
+	slow = 1;
+#endif
+	if (getloadavg(&load, 1) == 1 && load > sysconf(_SC_NPROCESSORS_ONLN))
+		slow *= 2;
+	return slow;
+}
+
+void t_skip_part(const char *part, const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "skip-part: %s: ", part);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
 }
 
 void t_config(struct kvt_config *cfg, unsigned layers, unsigned fast_pages,
@@ -135,6 +168,8 @@ void t_append(struct kvt_pager *p, kvt_seq_t s, const struct kvt_config *cfg,
 	for (unsigned l = 0; l < cfg->n_layers; l++) {
 		t_fill_tokens(cfg, seed, l, tok0, ntok, k, v);
 		int r = kvt_seq_append(p, s, l, k, v, ntok);
+
+		t_progress();
 		if (r) {
 			fprintf(stderr, "kvt_seq_append(layer %u): %s\n", l, strerror(-r));
 			exit(1);
@@ -154,6 +189,7 @@ int t_check_view(const struct kvt_config *cfg, uint32_t seed, unsigned layer,
 	int ret = 0;
 
 	CHECK(k && v);
+	t_progress();
 	/* The view may be device memory: read it as a runtime would. */
 	if (t_dev) {
 		CHECK_EQ(kvt_device_read(t_dev, k, vw->k, bytes), 0);
@@ -221,6 +257,7 @@ void t_check_inv(struct kvt_pager *p)
 {
 	char err[256];
 
+	t_progress();
 	pthread_mutex_lock(&p->lock);
 	int r = kvt_pager_check(p, err, sizeof(err));
 	pthread_mutex_unlock(&p->lock);
@@ -272,11 +309,24 @@ void t_drain_pinned(struct kvt_pager *p, int tier)
 }
 
 const char *volatile t_sub = "";
+static unsigned long progress, progress_seen;
+
+void t_progress(void)
+{
+	__atomic_add_fetch(&progress, 1, __ATOMIC_RELAXED);
+}
 
 static void on_alarm(int sig)
 {
 	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: stuck for 6 s\n", t_sub);
+	unsigned long now = __atomic_load_n(&progress, __ATOMIC_RELAXED);
+
+	if (now != progress_seen) {	/* slow, not stuck: another period */
+		progress_seen = now;
+		alarm(6 * t_slow());
+		return;
+	}
+	int n = snprintf(msg, sizeof(msg), "%s: stuck for %u s\n", t_sub, 6 * t_slow());
 	(void)sig;
 	if (write(2, msg, (size_t)n) < 0)
 		_exit(1);
@@ -294,7 +344,7 @@ int t_run_case(const char *name, int width, void (*fn)(int), int arg)
 	if (pid == 0) {
 		t_sub = name;
 		signal(SIGALRM, on_alarm);
-		alarm(6);
+		alarm(6 * t_slow());
 		fn(arg);
 		exit(0);
 	}
@@ -302,6 +352,15 @@ int t_run_case(const char *name, int width, void (*fn)(int), int arg)
 	CHECK_EQ(waitpid(pid, &st, 0), pid);
 	int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	fprintf(stderr, "%-*s %s\n", width, name, rc == 0 ? "ok" : rc == T_SKIP ? "skip" : "FAIL");
+	if (rc == T_SKIP) {
+		char part[96];
+		size_t i;
+
+		for (i = 0; name[i] && i + 1 < sizeof(part); i++)
+			part[i] = name[i] == ' ' || name[i] == ':' ? '-' : name[i];
+		part[i] = 0;
+		t_skip_part(part, "the case skipped (its reason above)");
+	}
 	return rc;
 }
 

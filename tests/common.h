@@ -20,6 +20,14 @@
 #define SKIP(...) do { fprintf(stderr, "skip: " __VA_ARGS__); fputc('\n', stderr); \
 	exit(T_SKIP); } while (0)
 
+/* A part of a test that cannot run here while the rest goes on: prints the
+ * line "skip-part: PART: reason" (to stderr, flushed), which tests/run.sh
+ * lists as the skip "TEST/PART" and checks against tests/expected-skips.
+ * part: a short name without ':' or spaces. A test whose every part
+ * skipped exits T_SKIP instead. */
+void t_skip_part(const char *part, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 /* A small geometry for tests: 2 KV heads x 64 dims x 4 tokens, f32:
  * page = 4 * 2 * 64 * 2 * 4 = 4 KiB. Tier sizes in pages. */
 void t_config(struct kvt_config *cfg, unsigned layers, unsigned fast_pages,
@@ -71,7 +79,10 @@ void t_drain_pinned(struct kvt_pager *p, int tier);
 
 /* Name of the case (sub-test) this process runs ("" outside t_run_case's children). */
 extern const char *volatile t_sub;
-/* Run fn(arg) in a forked child with a 6 s watchdog, print "name ok|skip|FAIL"; returns its status. */
+/* Run fn(arg) in a forked child with a watchdog: it fails the case when
+ * 6 s times t_slow() pass with no t_progress() (the helpers below that
+ * append, check or verify call it); print "name ok|skip|FAIL" (a skip also as t_skip_part(name), its spaces
+ * and colons made dashes); returns its status. */
 int t_run_case(const char *name, int width, void (*fn)(int), int arg);
 /* A case for t_run_cases: its name and body. */
 struct t_case {
@@ -83,6 +94,15 @@ int t_run_cases(const struct t_case *cases, unsigned n, int in_place_too, int wi
 
 /* Scale for sanitizer builds: KVT_TEST_SCALE (default 1) divides loops. */
 unsigned t_scale(unsigned n);
+/* How much slower than an idle machine's plain build this run may go:
+ * KVT_TEST_SLOW if set (>= 1), else 4 in a sanitizer build (KVT_DEBUG,
+ * TSan's slow-down being the largest) and 1 otherwise, doubled when the
+ * load average is above the number of cpus. Wall-clock limits in tests
+ * (watchdogs, "not done within") are multiplied by it. */
+unsigned t_slow(void);
+/* Tell t_run_case's watchdog that the case moves on (a page appended,
+ * read or checked): cheap, from any thread. */
+void t_progress(void);
 /* A log callback that prints to stderr with a prefix. */
 void t_log(void *arg, int level, const char *msg);
 

@@ -58,12 +58,12 @@ static void send_all(int fd, const char *s, size_t n)
 }
 
 /* Read one reply (up to and including the line "."), with a deadline of
- * secs for all of it; returns it without the "." line, malloc'd. */
+ * secs (times t_slow()) for all of it; returns it without the "." line, malloc'd. */
 static char *read_reply(int fd, double secs)
 {
 	size_t cap = 1 << 16, len = 0;
 	char *buf = malloc(cap);
-	double end = now() + secs;
+	double end = now() + secs * t_slow();
 
 	CHECK(buf);
 	for (;;) {
@@ -168,7 +168,7 @@ static void check_peer_refused(struct kvt_pager *p)
 	int st;
 
 	if (geteuid() != 0) {
-		fprintf(stderr, "peer check: skipped (not root)\n");
+		t_skip_part("peer-check", "not root");
 		return;
 	}
 	CHECK(mkdtemp(dir));
@@ -193,7 +193,7 @@ static void check_peer_refused(struct kvt_pager *p)
 			_exit(5);
 		for (;;) {
 			struct pollfd pfd = { .fd = fd, .events = POLLIN };
-			if (poll(&pfd, 1, 5000) != 1)
+			if (poll(&pfd, 1, 5000 * (int)t_slow()) != 1)
 				_exit(6);
 			ssize_t r = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
 			if (r <= 0)
@@ -206,7 +206,7 @@ static void check_peer_refused(struct kvt_pager *p)
 	CHECK_EQ(waitpid(pid, &st, 0), pid);
 	CHECK(WIFEXITED(st));
 	if (WEXITSTATUS(st) == 4 || WEXITSTATUS(st) == 3)
-		fprintf(stderr, "peer check: skipped (nobody cannot reach %s)\n", path);
+		t_skip_part("peer-check", "nobody cannot reach %s", path);
 	else
 		CHECK_EQ(WEXITSTATUS(st), 0);
 	kvt_control_stop(c2);
@@ -240,7 +240,7 @@ static void check_kvtctl(void)
 
 	snprintf(bin, sizeof(bin), "%s/kvtctl", build && *build ? build : "build");
 	if (access(bin, X_OK)) {
-		fprintf(stderr, "kvtctl: skipped (%s not built)\n", bin);
+		t_skip_part("kvtctl", "%s not built", bin);
 		return;
 	}
 	CHECK_EQ(kvtctl(bin, out, sizeof(out), "get tier.fast.policy"), 0);

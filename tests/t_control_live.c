@@ -78,7 +78,7 @@ static char *ask(int fd, const char *req)
 {
 	size_t cap = 1 << 16, len = 0;
 	char *buf = malloc(cap);
-	double end = now() + 10;
+	double end = now() + 10.0 * t_slow();
 
 	CHECK(buf);
 	send_all(fd, req, strlen(req));
@@ -90,7 +90,8 @@ static char *ask(int fd, const char *req)
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		int ms = (int)((end - now()) * 1000);
 		if (ms <= 0 || poll(&pfd, 1, ms) != 1) {
-			fprintf(stderr, "'%s': no reply within 10 s; got: %.200s\n", req, buf);
+			fprintf(stderr, "'%s': no reply within %u s; got: %.200s\n", req,
+				10 * t_slow(), buf);
 			exit(1);
 		}
 		if (cap - len < 4096) {
@@ -301,7 +302,7 @@ int main(void)
 	r = ask(c, req);
 	ok_or(req, r, NULL);
 	free(r);
-	double deadline = now() + 5;
+	double deadline = now() + 5.0 * t_slow();
 	for (;;) {
 		CHECK_EQ(kvt_pager_stats(P, &st), 0);
 		if (st.tier[0].online == 32 && st.tier[1].online == 64)

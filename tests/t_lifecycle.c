@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sequence life cycle: fork, park, resume, close. Each case runs in its own
- * process (a watchdog fails it after 6 s), with host_in_place off and on.
+ * process (a watchdog fails it after 6 s times t_slow()), with
+ * host_in_place off and on.
  *
  * fork:   whole pages are shared (the page count does not grow, the child's
  *         table holds the parent's slots with refs 2), the partial page at
@@ -96,7 +97,8 @@ static unsigned fast_pages_of(struct kvt_pager *p, kvt_seq_t h)
 }
 
 /* After closing everything: nothing live, every tier empty. A page whose
- * move was in flight at the close is freed when it lands: allow 1 s. */
+ * move was in flight at the close is freed when it lands: allow 1 s
+ * (times t_slow()). */
 static void check_empty(struct kvt_pager *p)
 {
 	struct kvt_stats st;
@@ -104,7 +106,7 @@ static void check_empty(struct kvt_pager *p)
 		CHECK_EQ(kvt_pager_stats(p, &st), 0);
 		if (!st.pages && !st.tier[0].used && !st.tier[1].used && !st.tier[2].used)
 			break;
-		if (tries == 100) {
+		if (tries == 100 * (int)t_slow()) {
 			fprintf(stderr, "%s: after closing all: pages %llu used %llu %llu %llu\n", t_sub,
 				(unsigned long long)st.pages, (unsigned long long)st.tier[0].used,
 				(unsigned long long)st.tier[1].used, (unsigned long long)st.tier[2].used);

@@ -99,11 +99,11 @@ static void set_ok(struct kvt_pager *p, const char *key, const char *value)
 	}
 }
 
-/* Wait (at most 5 s) until every shrink is done: online == capacity. */
+/* Wait (at most 5 s times t_slow()) until every shrink is done: online == capacity. */
 static void settle(struct kvt_pager *p)
 {
 	struct kvt_stats st;
-	uint64_t end = now_ms() + 5000;
+	uint64_t end = now_ms() + 5000ull * t_slow();
 
 	for (;;) {
 		int pending = 0;
@@ -120,7 +120,7 @@ static void settle(struct kvt_pager *p)
 					kvt_tier_name(ti), (unsigned long long)st.tier[ti].capacity,
 					(unsigned long long)st.tier[ti].online,
 					(unsigned long long)st.tier[ti].used);
-			fprintf(stderr, "a shrink did not complete within 5 s\n");
+			fprintf(stderr, "a shrink did not complete within %u s\n", 5 * t_slow());
 			exit(1);
 		}
 		usleep(2000);
@@ -200,11 +200,11 @@ static void no_nvme(void)
 	t_close(p, dev);
 }
 
-/* Wait (at most 5 s) until the migration thread has nothing queued or in
+/* Wait (at most 5 s times t_slow()) until the migration thread has nothing queued or in
  * flight: the last reads leave prefetches behind them. */
 static void idle(struct kvt_pager *p)
 {
-	uint64_t end = now_ms() + 5000;
+	uint64_t end = now_ms() + 5000ull * t_slow();
 
 	for (;;) {
 		pthread_mutex_lock(&p->lock);

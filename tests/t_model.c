@@ -43,7 +43,7 @@
 #define MAXSEQ	5u
 #define MAXSEG	32u
 #define TAIL_BUDGET 6u
-#define WATCHDOG_S 4	/* one operation taking longer is stuck */
+#define WATCHDOG_S (4 * t_slow())	/* one operation taking longer is stuck */
 
 struct seg {
 	unsigned start;
@@ -668,13 +668,14 @@ static void run(uint32_t seed, unsigned ops, unsigned inplace)
 		mseq_free(&S[i]);
 	}
 	check_all();
-	/* Pages freed while moving go when their move lands: allow 1 s. */
+	/* Pages freed while moving go when their move lands: allow 1 s
+	 * (times t_slow()). */
 	struct kvt_stats st;
 	for (int tries = 0;; tries++) {
 		CK_EQ(kvt_pager_stats(P, &st), 0);
 		if (!st.pages && !st.tier[0].used && !st.tier[1].used && !st.tier[2].used)
 			break;
-		if (tries == 100) {
+		if (tries == 100 * (int)t_slow()) {
 			fprintf(stderr, "after closing all: pages %llu used %llu %llu %llu\n",
 				(unsigned long long)st.pages, (unsigned long long)st.tier[0].used,
 				(unsigned long long)st.tier[1].used, (unsigned long long)st.tier[2].used);

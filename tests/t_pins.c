@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pinned pages are never victims. Each case runs in its own process (6 s
- * watchdog), with host_in_place off and on. Tiers: fast 12 pages, host 16,
+ * Pinned pages are never victims. Each case runs in its own process (a
+ * watchdog of 6 s times t_slow()), with host_in_place off and on. Tiers: fast 12 pages, host 16,
  * nvme 512, 3 layers.
  *
  * held-view: a batch of two resident pages of sequence A; one view is held
@@ -317,6 +317,7 @@ static void *reader(void *arg)
 		CHECK_EQ(kvt_batch_next(b, &v), 0);
 		kvt_batch_release(b);
 		free(h.copy);
+		t_progress();
 	}
 	__atomic_store_n(&tstop, 1, __ATOMIC_RELEASE);
 	return NULL;

@@ -161,7 +161,7 @@ static void test_pager(void)
 	const char *spec = plugin("example", "keep=1");
 
 	if (strlen(spec) >= sizeof(cfg.tier[0].policy)) {
-		fprintf(stderr, "plug-in path too long for a config value: pager part skipped\n");
+		t_skip_part("pager", "plug-in path too long for a config value");
 		return;
 	}
 	t_config(&cfg, 4, 8, 64, 0);

@@ -93,14 +93,14 @@ static uint64_t host_capacity(void)
 	return st.tier[KVT_TIER_HOST].capacity;
 }
 
-/* Wait (at most 5 s) for the host tier's capacity to be n. */
+/* Wait (at most 5 s times t_slow()) for the host tier's capacity to be n. */
 static void wait_host(uint64_t n)
 {
-	uint64_t end = now_ms() + 5000;
+	uint64_t end = now_ms() + 5000ull * t_slow();
 	while (host_capacity() != n) {
 		if (now_ms() > end) {
-			fprintf(stderr, "host capacity %llu, expected %llu within 5 s\n",
-				(unsigned long long)host_capacity(), (unsigned long long)n);
+			fprintf(stderr, "host capacity %llu, expected %llu within 5 s (x%u)\n",
+				(unsigned long long)host_capacity(), (unsigned long long)n, t_slow());
 			exit(1);
 		}
 		usleep(5000);
@@ -191,7 +191,7 @@ static void real_psi(void)
 	struct kvt_stats st;
 
 	if (access("/proc/pressure/memory", R_OK)) {
-		fprintf(stderr, "real psi: skipped (no /proc/pressure/memory)\n");
+		t_skip_part("real-psi", "no /proc/pressure/memory");
 		return;
 	}
 	t_config(&cfg, 2, 8, 16, 64);
@@ -199,7 +199,7 @@ static void real_psi(void)
 	cfg.psi_threshold = 99;
 	cfg.psi_interval_ms = 10;
 	P = t_open(&cfg, &dev);
-	uint64_t end = now_ms() + 2000;
+	uint64_t end = now_ms() + 2000ull * t_slow();
 	do {
 		usleep(10000);
 		CHECK_EQ(kvt_pager_stats(P, &st), 0);

@@ -4,9 +4,13 @@
  * 40, nvme 2000): 6 workers, each owning 2 sequences, append, acquire
  * (checking every byte and the page's token count), step, fork their own
  * sequences (at page boundaries and inside pages; the child is checked,
- * extended and closed), park and resume, close and reopen, for about
- * 1.5 s; meanwhile one more thread reads the stats (and their JSON) and
- * drains the host tier (and now and then the fast tier). Afterwards:
+ * extended and closed), park and resume, close and reopen, until every
+ * kind of operation has run at least MIN_OPS times and the drains
+ * MIN_DRAINS times (about 1.5 s on an idle machine; the same work, only
+ * slower, under the sanitizers and on a busy machine: no wall-clock
+ * deadline, no scaling down); meanwhile one more thread reads the stats
+ * (and their JSON) and drains the host tier (and now and then the fast
+ * tier). Afterwards:
  * nothing lost, no I/O error, the invariant check passes, and closing
  * everything leaves every tier empty.
  *
@@ -25,6 +29,8 @@
 #define LAYERS	 2u
 #define MAXTOK	 48u		/* tokens per layer before a sequence is recycled */
 #define NTHREADS 6u
+#define MIN_OPS	 200ul		/* of each kind, all workers together */
+#define MIN_DRAINS 60ul
 
 static struct kvt_config cfg;
 static struct kvt_pager *P;
@@ -247,7 +253,7 @@ static void *admin_main(void *arg)
 				fprintf(stderr, "kvt_pager_drain: %s\n", strerror(-r));
 				exit(1);
 			}
-			(*drains)++;
+			__atomic_add_fetch(drains, 1, __ATOMIC_RELAXED);
 		}
 		usleep(5000);
 	}
@@ -271,7 +277,16 @@ int main(void)
 	}
 	CHECK_EQ(pthread_create(&admin, NULL, admin_main, &drains), 0);
 
-	usleep(t_scale(1500) * 1000u);
+	/* Until every kind of operation has had its share. */
+	for (;;) {
+		int done = __atomic_load_n(&drains, __ATOMIC_RELAXED) >= MIN_DRAINS;
+
+		for (int op = 0; op < NOPS && done; op++)
+			done = __atomic_load_n(&op_count[op], __ATOMIC_RELAXED) >= MIN_OPS;
+		if (done)
+			break;
+		usleep(10000);
+	}
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < NTHREADS; i++)
 		CHECK_EQ(pthread_join(w[i].th, NULL), 0);
@@ -281,12 +296,13 @@ int main(void)
 		fprintf(stderr, "%s %lu, ", op_name[op], op_count[op]);
 	fprintf(stderr, "drains %lu\n", drains);
 	for (int op = 0; op < NOPS; op++)
-		CHECK(op_count[op] > 0);
+		CHECK(op_count[op] >= MIN_OPS);
 
-	/* Let pages closed while in flight land (and be freed). */
-	for (int tries = 0;; tries++) {
+	/* Let pages closed while in flight land (and be freed); a page that
+	 * never does is a hang, which the runner's timeout reports. */
+	for (;;) {
 		CHECK_EQ(kvt_pager_stats(P, &st), 0);
-		if (!st.pages || tries == 2000)
+		if (!st.pages)
 			break;
 		usleep(1000);
 	}

@@ -54,15 +54,16 @@ static uint64_t free_of(struct kvt_pager *p, int tier)
 	return st.tier[tier].capacity - st.tier[tier].used;
 }
 
-/* Wait (up to 2 s) for tier to have at least want free frames. */
+/* Wait (up to 2 s times t_slow()) for tier to have at least want free frames. */
 static void wait_free(struct kvt_pager *p, int tier, uint64_t want)
 {
 	double t0 = now_s();
 	uint64_t f;
 	while ((f = free_of(p, tier)) < want) {
-		if (now_s() - t0 > 2.0) {
-			fprintf(stderr, "%s: %s tier: %llu frames free after 2 s, want >= %llu\n", t_sub,
-				kvt_tier_name(tier), (unsigned long long)f, (unsigned long long)want);
+		if (now_s() - t0 > 2.0 * t_slow()) {
+			fprintf(stderr, "%s: %s tier: %llu frames free after 2 s (x%u), want >= %llu\n",
+				t_sub, kvt_tier_name(tier), (unsigned long long)f, t_slow(),
+				(unsigned long long)want);
 			exit(1);
 		}
 		usleep(2000);
@@ -92,7 +93,7 @@ static void quiet(struct kvt_pager *p)
 	}
 }
 
-/* Wait (up to 2 s) until two snapshots 50 ms apart agree. */
+/* Wait (up to 2 s times t_slow()) until two snapshots 50 ms apart agree. */
 static void settle(struct kvt_pager *p)
 {
 	struct kvt_stats a, b;
@@ -107,8 +108,8 @@ static void settle(struct kvt_pager *p)
 				a.tier[ti].demotions == b.tier[ti].demotions;
 		if (same)
 			return;
-		if (now_s() - t0 > 2.0) {
-			fprintf(stderr, "%s: still moving after 2 s\n", t_sub);
+		if (now_s() - t0 > 2.0 * t_slow()) {
+			fprintf(stderr, "%s: still moving after 2 s (x%u)\n", t_sub, t_slow());
 			exit(1);
 		}
 		a = b;
