@@ -588,16 +588,7 @@ AVX2_INLINE void dots_q8_body(const void *w, const float *x, size_t ldx, unsigne
 target static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
 			unsigned n, unsigned R, float *out)			\
 {										\
-	switch ((NW - 1) * 4 + R - 1) {						\
-	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
-	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
-	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
-	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
-	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
-	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
-	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
-	default: { const unsigned NN = 2, RR = 4; body; break; }		\
-	}									\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
 }
 
 DEF_DOTS(AVX2, dots_f32_avx2, dots_body(w, wst, x, ldx, n, NN, RR, W_F32, out))
@@ -784,16 +775,7 @@ AVX2_INLINE void q6k_body(const void *w0, size_t wst, const float *x, size_t ldx
 AVX2 static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
 		      const float *xs, size_t ldxs, unsigned n, unsigned R, float *out)	\
 {										\
-	switch ((NW - 1) * 4 + R - 1) {						\
-	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
-	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
-	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
-	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
-	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
-	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
-	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
-	default: { const unsigned NN = 2, RR = 4; body; break; }		\
-	}									\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
 }
 
 DEF_FDOTS(fdots_q4k_avx2, q4k_body(w, wst, x, ldx, xs, ldxs, n, NN, RR, out))
@@ -843,16 +825,7 @@ DEF_FDOTS(fdots_q40_avx2, q40_body(w, wst, x, ldx, n, NN, RR, out))
 AVX512 static void name(const void *w, size_t wst, unsigned NW, const float *x, size_t ldx,	\
 			const float *xs, size_t ldxs, unsigned n, unsigned R, float *out)	\
 {										\
-	switch ((NW - 1) * 4 + R - 1) {						\
-	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
-	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
-	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
-	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
-	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
-	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
-	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
-	default: { const unsigned NN = 2, RR = 4; body; break; }		\
-	}									\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
 }
 
 AVX512_INLINE __m512i u8x16(const uint8_t *p)

@@ -74,6 +74,22 @@ int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 int  kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float *x,
 		  unsigned rows, const struct kvt_mat *const *w);
 
+/* The dot-product kernels' dispatch (kernels.c, qdots.c): body once for
+ * each count of weight rows NW (1 or 2) and of x rows R (1 to 4), which it
+ * sees as the constants NN and RR, so that the compiler unrolls every loop
+ * over them. */
+#define KVT_NW_R_DISPATCH(NW, R, body...)					\
+	switch (((NW) - 1) * 4 + (R) - 1) {					\
+	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
+	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
+	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
+	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
+	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
+	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
+	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
+	default: { const unsigned NN = 2, RR = 4; body; break; }		\
+	}
+
 /* Bytes of one row of n_in values of type, or 0 for a type the kernels
  * do not read (or an n_in that is not a whole number of its blocks). */
 size_t kvt_mat_row_bytes(uint32_t type, uint32_t n_in);

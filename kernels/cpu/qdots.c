@@ -472,16 +472,7 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 I8 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
 		    unsigned r0, unsigned R, float *out)				\
 {										\
-	switch ((NW - 1) * 4 + R - 1) {						\
-	case 0: { const unsigned NN = 1, RR = 1; body; break; }			\
-	case 1: { const unsigned NN = 1, RR = 2; body; break; }			\
-	case 2: { const unsigned NN = 1, RR = 3; body; break; }			\
-	case 3: { const unsigned NN = 1, RR = 4; body; break; }			\
-	case 4: { const unsigned NN = 2, RR = 1; body; break; }			\
-	case 5: { const unsigned NN = 2, RR = 2; body; break; }			\
-	case 6: { const unsigned NN = 2, RR = 3; body; break; }			\
-	default: { const unsigned NN = 2, RR = 4; body; break; }		\
-	}									\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
 }
 
 DEF_QDOTS(qdots_q4k, q4k_i8(w, wst, xq, r0, NN, RR, out))
