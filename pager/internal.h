@@ -253,4 +253,12 @@ void kvt_lat_record(struct kvt_tier_stats *st, uint64_t ns);
 void kvt_plog(struct kvt_pager *p, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* control.c: the control protocol without a socket, for the fuzz target.
+ * The n bytes at in are one client's whole stream (lines, then EOF):
+ * every complete line is answered against p as the socket's thread would
+ * answer it, and the replies, concatenated and NUL-terminated, go to *out
+ * (malloc'd, NULL when there are none; *outlen bytes before the NUL).
+ * An unfinished last line is dropped, as at EOF. 0 or -ENOMEM. */
+int kvt_control_feed(struct kvt_pager *p, const char *in, size_t n, char **out, size_t *outlen);
+
 #endif
