@@ -50,8 +50,11 @@ static void walk(const struct kvt_gguf *g, const uint8_t *buf, size_t size)
 		(void)kvt_gguf_get_str_arr(g, key, &strs, &n);
 		if (!kvt_gguf_get_i32_arr(g, key, ia, 8, &n) && n)
 			sink ^= (uint8_t)ia[(n < 8 ? n : 8) - 1];
-		if (!kvt_gguf_get_f32_arr(g, key, fa, 8, &n) && n)
-			sink ^= (uint8_t)fa[0];
+		if (!kvt_gguf_get_f32_arr(g, key, fa, 8, &n) && n) {
+			uint32_t bits;
+			memcpy(&bits, &fa[0], 4);	/* any bits: NaN too */
+			sink ^= (uint8_t)bits;
+		}
 	}
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		const struct kvt_gguf_tensor *t = &g->tensors[i];
