@@ -250,6 +250,8 @@ FUZZ_TARGETS	 = $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 
 # fuzz-build: the fuzz targets, into build/fuzz
 fuzz-build: deps-check
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz-build: $(FUZZ_CC) not found:" \
+		"the fuzz targets need clang (libFuzzer); FUZZ_CC=... names another" >&2; exit 1; }
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 CUDA=0 \
 		SAN=fuzzer-no-link,address,undefined fuzz-targets
 
