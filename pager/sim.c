@@ -715,10 +715,14 @@ struct sim {
 	uint32_t  dups;		/* pages with a copy in both tiers 0 and 1 */
 	/* Pager traces: the policies see the pager's keys (the page slot,
 	 * reused after a free, so a ghost may match a new page as it does
-	 * live); slot2id maps a slot to the page now in it. Else keys are
-	 * the ids. */
+	 * live); slot2id maps a slot to the page now in it, or, when the
+	 * slots are too sparse for an array (a slot can be any 32-bit
+	 * number: a corrupt trace must not cost gigabytes), slotmap does,
+	 * holding every slot of the trace from the start. Else keys are the
+	 * ids. */
 	int	  slots;
 	uint32_t *slot2id;
+	struct kmap slotmap;	/* slot -> id + 1, when slot2id is NULL */
 	uint64_t  time, step;
 	struct kmap tails;	/* (seq, layer) -> tail page id */
 	/* moves[src][dst]: pages moved; their time is summed at the end
@@ -775,7 +779,11 @@ static inline uint64_t pkey_of(const struct sim *s, uint32_t id)
 
 static inline uint32_t id_of(const struct sim *s, uint64_t key)
 {
-	return s->slots ? s->slot2id[key] : (uint32_t)key;
+	if (!s->slots)
+		return (uint32_t)key;
+	if (s->slot2id)
+		return s->slot2id[key];
+	return s->slotmap.s[kmap_slot(&s->slotmap, key)].v - 1;
 }
 
 static inline struct kvt_ref ref_of(const struct sim *s, uint32_t id)
@@ -806,8 +814,10 @@ static void place(struct sim *s, int ti, uint32_t id, uint32_t f)
 	t->owner[f] = id;
 	if (ti < 2 && s->nt >= 2 && fr(s, id)[!ti] != KVT_SIM_NONE)
 		s->dups++;
-	if (s->slots)
+	if (s->slot2id)
 		s->slot2id[(uint32_t)s->t->key[id]] = id;
+	else if (s->slots)
+		s->slotmap.s[kmap_slot(&s->slotmap, (uint32_t)s->t->key[id])].v = id + 1;
 	memset(meta_at(t, f), 0, t->msz);
 	t->pol->on_insert(t->pst, &r, meta_at(t, f));
 }
@@ -1384,6 +1394,7 @@ static void sim_free(struct sim *s)
 	free(s->last_step);
 	free(s->nextu);
 	free(s->slot2id);
+	kmap_free(&s->slotmap);
 	free(s->pf);
 	kmap_free(&s->where);
 	kmap_free(&s->lsize);
@@ -1473,8 +1484,17 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 			if ((uint32_t)t->key[p] >= ns)
 				ns = (uint32_t)t->key[p] + 1;
 		s.slots = 1;
-		s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
-		if (!s.slot2id) {
+		if (ns <= 2 * (uint64_t)t->npages + 65536)
+			s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
+		else if (!kmap_init(&s.slotmap, t->npages))
+			for (uint32_t p = 0; p < t->npages; p++) {
+				size_t j = kmap_slot(&s.slotmap, (uint32_t)t->key[p]);
+				if (!s.slotmap.s[j].v) {
+					s.slotmap.s[j].k = (uint32_t)t->key[p];
+					s.slotmap.s[j].v = p + 1;
+				}
+			}
+		if (!s.slot2id && !s.slotmap.s) {
 			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u slots", ns);
 			goto out;
 		}
