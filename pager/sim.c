@@ -1479,10 +1479,10 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		goto out;
 	}
 	if (t->has_hdr && t->hdr.source == KVT_SRC_PAGER && t->npages) {
-		uint32_t ns = 0;
+		uint64_t ns = 0;	/* slot 0xffffffff makes 2^32 */
 		for (uint32_t p = 0; p < t->npages; p++)
 			if ((uint32_t)t->key[p] >= ns)
-				ns = (uint32_t)t->key[p] + 1;
+				ns = (uint64_t)(uint32_t)t->key[p] + 1;
 		s.slots = 1;
 		if (ns <= 2 * (uint64_t)t->npages + 65536)
 			s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
@@ -1495,7 +1495,8 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 				}
 			}
 		if (!s.slot2id && !s.slotmap.s) {
-			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u slots", ns);
+			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %llu slots",
+				     (unsigned long long)ns);
 			goto out;
 		}
 	}
