@@ -850,8 +850,14 @@ static int unevictable(void *arg, uint64_t key)
 	const struct stier *t = arg;
 	const struct sim *s = t->s;
 	uint32_t id = id_of(s, key);
-	int only_last = copies(s, id) == 1 && t->ti == s->last && !s->backed;
+	int only_last;
 
+	/* A pager trace never has two live pages in one slot; a corrupt one
+	 * can, and then a key the policy holds may name a page that is not
+	 * here: never a victim. */
+	if (id >= s->t->npages || fr(s, id)[t->ti] == KVT_SIM_NONE)
+		return 1;
+	only_last = copies(s, id) == 1 && t->ti == s->last && !s->backed;
 	if (id == s->moving)
 		return 1;
 	/* Below the addressable tiers a copy under another may go even when
