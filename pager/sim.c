@@ -908,7 +908,15 @@ static int reclaim(struct sim *s, int ti, uint32_t need, int pf)
 			return -ENOSPC;
 		uint32_t nw = 0;
 		for (size_t i = 0; i < nv; i++) {
-			uint32_t v = id_of(s, keys[i]);
+			uint32_t v = id_of(s, keys[i]), j;
+			/* Two keys that name one page (two live pages in one
+			 * slot of a corrupt pager trace): the page goes once. */
+			if (v >= s->t->npages || fr(s, v)[ti] == KVT_SIM_NONE)
+				continue;
+			for (j = 0; j < nw && wl[j] != v; j++)
+				;
+			if (j < nw)
+				continue;
 			if (pf && s->pf[v])
 				return -EAGAIN;
 			drop_or_list(s, v, ti, wl, &nw);
