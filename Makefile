@@ -90,7 +90,8 @@ PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
 .PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
-	device-bundle soak soak-asan soak-tsan man install uninstall FORCE
+	device-bundle soak soak-asan soak-tsan man install uninstall FORCE \
+	fuzz fuzz-ci fuzz-build fuzz-targets
 
 # all: the library (static and shared), the tools, their man pages, and the CUDA plug-in where nvcc is
 all: lib tools man $(PLUGINS_GPU)
@@ -391,6 +392,35 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	@rmdir $(addprefix $(DESTDIR),$(INSTALLED_DIRS)) 2>/dev/null || true
 
+# Fuzzing (tests/fuzz/README.md, docs/reliability.md): libFuzzer targets
+# built by clang with ASan and UBSan over the library's sources, compiled
+# the same way, in their own folder.
+FUZZ_BUILD	?= build/fuzz
+FUZZ_CC		?= clang
+FUZZ_SECONDS	?= 60
+FUZZ_CI_SECONDS	?= 10
+FUZZ_TARGETS	 = $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+
+# fuzz-build: the fuzz targets, into build/fuzz
+fuzz-build: deps-check
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz-build: $(FUZZ_CC) not found:" \
+		"the fuzz targets need clang (libFuzzer); FUZZ_CC=... names another" >&2; exit 1; }
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 CUDA=0 \
+		SAN=fuzzer-no-link,address,undefined fuzz-targets
+
+# (the targets, with BUILD=$(FUZZ_BUILD): libFuzzer's main is linked in)
+fuzz-targets: $(FUZZ_TARGETS:%=$(BUILD)/%)
+$(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/libkvt.a
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+# fuzz: each fuzz target for FUZZ_SECONDS (60) seconds, one after another
+fuzz: fuzz-build
+	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# fuzz-ci: each fuzz target for FUZZ_CI_SECONDS (10) seconds, from its corpus (CI)
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_CI_SECONDS)
+
 # clean: remove build/
 clean:
 	rm -rf build
@@ -400,4 +430,5 @@ help:
 	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
 
 -include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(BUILD)/tests/emu_backend.d $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
-	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c)) $(BUILD)/tools/kvtctl.d
+	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c)) $(BUILD)/tools/kvtctl.d \
+	 $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.d)

@@ -40,6 +40,7 @@
 
 #include <kvt/config.h>
 #include <kvt/pager.h>
+#include "ops/control.h"
 
 #define KVT_API __attribute__((visibility("default")))
 
@@ -527,6 +528,63 @@ static void pump(struct kvt_control *ctl, struct client *c)
 		memmove(c->in, c->in + used, c->inlen - used);
 		c->inlen -= used;
 	}
+}
+
+/* The protocol without a socket (ops/control.h). */
+int kvt_control_feed(struct kvt_pager *p, const char *in, size_t n, char **out, size_t *outlen)
+{
+	struct kvt_control *ctl = calloc(1, sizeof(*ctl));
+	struct client *c;
+	char *res = NULL;
+	size_t len = 0;
+	int ret = 0;
+
+	*out = NULL;
+	*outlen = 0;
+	if (!ctl)
+		return -ENOMEM;
+	ctl->p = p;
+	c = &ctl->cl[0];
+	c->fd = -1;
+	for (;;) {
+		size_t k = sizeof(c->in) - c->inlen;
+
+		k = k < n ? k : n;
+		memcpy(c->in + c->inlen, in, k);
+		c->inlen += k;
+		in += k;
+		n -= k;
+		pump(ctl, c);
+		if (pending(c)) {
+			char *nr = realloc(res, len + pending(c) + 1);
+
+			if (!nr) {
+				ret = -ENOMEM;
+				break;
+			}
+			res = nr;
+			memcpy(res + len, c->out + c->outoff, pending(c));
+			len += pending(c);
+			c->outoff = c->outlen = 0;
+		}
+		if (c->closing) {
+			ret = -ENOMEM;
+			break;
+		}
+		if (!n && !memchr(c->in, '\n', c->inlen))
+			break;		/* the rest is an unfinished line: EOF drops it */
+	}
+	free(c->out);
+	free(ctl);
+	if (ret) {
+		free(res);
+		return ret;
+	}
+	if (res)
+		res[len] = 0;
+	*out = res;
+	*outlen = len;
+	return 0;
 }
 
 /* Send what the socket takes now. Returns -1 if the client is gone. */

@@ -316,6 +316,55 @@ static void on_read(struct kvt_http *h, struct hclient *c)
 	}
 }
 
+/* on_read over a buffer (pager/http.h). */
+int kvt_http_feed(struct kvt_pager *p, const char *in, size_t n, char **out, size_t *outlen)
+{
+	struct kvt_http *h = calloc(1, sizeof(*h));
+	struct hclient *c;
+	int answered = 0, ret = 0;
+
+	*out = NULL;
+	*outlen = 0;
+	if (!h)
+		return -ENOMEM;
+	h->p = p;
+	c = &h->cl[0];
+	c->fd = -1;
+	while (!answered) {
+		size_t room = sizeof(c->in) - 1 - c->inlen, k = n < room ? n : room, end;
+
+		answered = 1;
+		if (!room) {
+			reply_text(c, "400 Bad Request", NULL, "request head too long\n");
+			break;
+		}
+		if (!k) {
+			answered = 0;
+			break;		/* EOF before a whole head: closed, no reply */
+		}
+		memcpy(c->in + c->inlen, in, k);
+		c->inlen += k;
+		in += k;
+		n -= k;
+		if (memchr(c->in, 0, c->inlen))
+			reply_text(c, "400 Bad Request", NULL, "NUL in request\n");
+		else if ((end = head_end(c)))
+			answer(h, c, end);
+		else
+			answered = 0;
+	}
+	if (answered && c->state == 1) {
+		*out = c->out;
+		*outlen = c->outlen;
+		c->out = NULL;
+	} else if (answered) {
+		ret = -ENOMEM;	/* reply() could not allocate and closed */
+	}
+	free(c->out);
+	free(h);
+	return ret;
+}
+
 static void on_write(struct hclient *c)
 {
 	while (c->outoff < c->outlen) {

@@ -24,4 +24,12 @@ int  kvt_http_start(struct kvt_pager *p, const char *addr, struct kvt_http **out
 int  kvt_http_port(const struct kvt_http *h);
 void kvt_http_stop(struct kvt_http *h);
 
+/* The request parser without a socket, for the fuzz target: the n bytes
+ * at in arrive as one client's stream, in reads of at most the head's
+ * room, and the reply the server would send (status line, headers, body)
+ * goes to *out (malloc'd; NULL and *outlen 0 when the stream ends before
+ * a whole request head, which the server answers by closing). 0 or
+ * -ENOMEM. */
+int kvt_http_feed(struct kvt_pager *p, const char *in, size_t n, char **out, size_t *outlen);
+
 #endif

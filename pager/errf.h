@@ -11,7 +11,9 @@
 #include <stdio.h>
 
 /* Write one line into err (when err and errlen allow); returns rc, so
- * `return kvt_errf(err, errlen, -EINVAL, ...)` reports and fails at once. */
+ * `return kvt_errf(err, errlen, -EINVAL, ...)` reports and fails at once.
+ * Text quoted from a file (a policy name in a trace's header, a key) may
+ * hold any byte: control bytes show as '?', so the line stays one line. */
 static inline int kvt_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 static inline int kvt_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -22,6 +24,9 @@ static inline int kvt_errf(char *err, size_t errlen, int rc, const char *fmt, ..
 		va_start(ap, fmt);
 		vsnprintf(err, errlen, fmt, ap);
 		va_end(ap);
+		for (char *c = err; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return rc;
 }

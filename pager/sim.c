@@ -727,10 +727,14 @@ struct sim {
 	uint32_t  dups;		/* pages with a copy in both tiers 0 and 1 */
 	/* Pager traces: the policies see the pager's keys (the page slot,
 	 * reused after a free, so a ghost may match a new page as it does
-	 * live); slot2id maps a slot to the page now in it. Else keys are
-	 * the ids. */
+	 * live); slot2id maps a slot to the page now in it, or, when the
+	 * slots are too sparse for an array (a slot can be any 32-bit
+	 * number: a corrupt trace must not cost gigabytes), slotmap does,
+	 * holding every slot of the trace from the start. Else keys are the
+	 * ids. */
 	int	  slots;
 	uint32_t *slot2id;
+	struct kmap slotmap;	/* slot -> id + 1, when slot2id is NULL */
 	uint64_t  time, step;
 	struct kmap tails;	/* (seq, layer) -> tail page id */
 	/* moves[src][dst]: pages moved; their time is summed at the end
@@ -787,7 +791,11 @@ static inline uint64_t pkey_of(const struct sim *s, uint32_t id)
 
 static inline uint32_t id_of(const struct sim *s, uint64_t key)
 {
-	return s->slots ? s->slot2id[key] : (uint32_t)key;
+	if (!s->slots)
+		return (uint32_t)key;
+	if (s->slot2id)
+		return s->slot2id[key];
+	return s->slotmap.s[kmap_slot(&s->slotmap, key)].v - 1;
 }
 
 static inline struct kvt_ref ref_of(const struct sim *s, uint32_t id)
@@ -818,8 +826,10 @@ static void place(struct sim *s, int ti, uint32_t id, uint32_t f)
 	t->owner[f] = id;
 	if (ti < 2 && s->nt >= 2 && fr(s, id)[!ti] != KVT_SIM_NONE)
 		s->dups++;
-	if (s->slots)
+	if (s->slot2id)
 		s->slot2id[(uint32_t)s->t->key[id]] = id;
+	else if (s->slots)
+		s->slotmap.s[kmap_slot(&s->slotmap, (uint32_t)s->t->key[id])].v = id + 1;
 	memset(meta_at(t, f), 0, t->msz);
 	t->pol->on_insert(t->pst, &r, meta_at(t, f));
 }
@@ -852,8 +862,14 @@ static int unevictable(void *arg, uint64_t key)
 	const struct stier *t = arg;
 	const struct sim *s = t->s;
 	uint32_t id = id_of(s, key);
-	int only_last = copies(s, id) == 1 && t->ti == s->last && !s->backed;
+	int only_last;
 
+	/* A pager trace never has two live pages in one slot; a corrupt one
+	 * can, and then a key the policy holds may name a page that is not
+	 * here: never a victim. */
+	if (id >= s->t->npages || fr(s, id)[t->ti] == KVT_SIM_NONE)
+		return 1;
+	only_last = copies(s, id) == 1 && t->ti == s->last && !s->backed;
 	if (id == s->moving)
 		return 1;
 	/* Below the addressable tiers a copy under another may go even when
@@ -904,7 +920,15 @@ static int reclaim(struct sim *s, int ti, uint32_t need, int pf)
 			return -ENOSPC;
 		uint32_t nw = 0;
 		for (size_t i = 0; i < nv; i++) {
-			uint32_t v = id_of(s, keys[i]);
+			uint32_t v = id_of(s, keys[i]), j;
+			/* Two keys that name one page (two live pages in one
+			 * slot of a corrupt pager trace): the page goes once. */
+			if (v >= s->t->npages || fr(s, v)[ti] == KVT_SIM_NONE)
+				continue;
+			for (j = 0; j < nw && wl[j] != v; j++)
+				;
+			if (j < nw)
+				continue;
 			if (pf && s->pf[v])
 				return -EAGAIN;
 			drop_or_list(s, v, ti, wl, &nw);
@@ -1396,6 +1420,7 @@ static void sim_free(struct sim *s)
 	free(s->last_step);
 	free(s->nextu);
 	free(s->slot2id);
+	kmap_free(&s->slotmap);
 	free(s->pf);
 	kmap_free(&s->where);
 	kmap_free(&s->lsize);
@@ -1482,14 +1507,24 @@ int kvt_sim_run(const struct kvt_sim_config *c, const struct kvt_sim_trace *t,
 		goto out;
 	}
 	if (t->has_hdr && t->hdr.source == KVT_SRC_PAGER && t->npages) {
-		uint32_t ns = 0;
+		uint64_t ns = 0;	/* slot 0xffffffff makes 2^32 */
 		for (uint32_t p = 0; p < t->npages; p++)
 			if ((uint32_t)t->key[p] >= ns)
-				ns = (uint32_t)t->key[p] + 1;
+				ns = (uint64_t)(uint32_t)t->key[p] + 1;
 		s.slots = 1;
-		s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
-		if (!s.slot2id) {
-			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %u slots", ns);
+		if (ns <= 2 * (uint64_t)t->npages + 65536)
+			s.slot2id = calloc((size_t)ns + 1, sizeof(*s.slot2id));
+		else if (!kmap_init(&s.slotmap, t->npages))
+			for (uint32_t p = 0; p < t->npages; p++) {
+				size_t j = kmap_slot(&s.slotmap, (uint32_t)t->key[p]);
+				if (!s.slotmap.s[j].v) {
+					s.slotmap.s[j].k = (uint32_t)t->key[p];
+					s.slotmap.s[j].v = p + 1;
+				}
+			}
+		if (!s.slot2id && !s.slotmap.s) {
+			r = kvt_errf(err, errlen, -ENOMEM, "out of memory for %llu slots",
+				     (unsigned long long)ns);
 			goto out;
 		}
 	}

@@ -44,7 +44,9 @@ struct rd {
 	size_t errlen;
 };
 
-/* One line "name: ctx: msg" into err; returns -EINVAL. */
+/* One line "name: ctx: msg" into err; returns -EINVAL. Keys and names
+ * from the file are quoted as they are, so their control bytes (a
+ * newline, an escape) are shown as '?', to keep the message one line. */
 static int fail(struct rd *r, const char *fmt, ...)
 {
 	char msg[MSG_MAX];
@@ -55,6 +57,9 @@ static int fail(struct rd *r, const char *fmt, ...)
 		vsnprintf(msg, sizeof(msg), fmt, ap);
 		va_end(ap);
 		snprintf(r->err, r->errlen, "%s: %s: %s", r->name, r->ctx, msg);
+		for (char *c = r->err; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return -EINVAL;
 }
