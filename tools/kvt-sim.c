@@ -285,7 +285,7 @@ static int parse_tier(const char *arg, struct tierspec *ts, char *err, size_t er
 		return -1;
 	}
 	*eq = 0;
-	snprintf(ts->name, sizeof(ts->name), "%s", buf);
+	snprintf(ts->name, sizeof(ts->name), "%.*s", (int)(eq - buf), buf);
 	sz = eq + 1;
 	pol = strchr(sz, ':');
 	if (!pol) {
