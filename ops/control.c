@@ -16,9 +16,22 @@
  * does), so the terminator is never ambiguous. Errors are one line
  * "error ..." then ".".
  *
+ * Every line gets a reply: a blank line (or one of NULs and blanks only)
+ * is answered "error empty command", a line with a NUL byte among its
+ * words "error NUL byte in the request".
+ *
  * Access: the socket is created mode 0600 and every peer is checked with
  * SO_PEERCRED (our effective uid or root); anyone else gets
- * "error permission denied" and is closed.
+ * "error permission denied" and is closed. The default path's fallback
+ * directory is private (kvt_control_default_path).
+ *
+ * Slots: MAX_CLIENTS clients at once. Nobody can hold the operator out:
+ * a client that sends and reads nothing for control.idle_ms is closed
+ * (told "error idle ..."), and a connection that finds every slot taken
+ * takes the slot of the client idle the longest (told "error closed: ..."),
+ * so a connection that passes the peer check is never refused for want
+ * of room. Idle means: no byte received from it or sent to it; the order
+ * is by a counter stamped at each, not by the clock, so it is exact.
  *
  * Library rules: nothing prints, functions return 0 or -errno.
  */
@@ -36,11 +49,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <kvt/config.h>
 #include <kvt/pager.h>
 #include "ops/control.h"
+
+#include "pager/hooks.h"		/* kvt_plog */
 
 #define KVT_API __attribute__((visibility("default")))
 
@@ -57,6 +73,8 @@ struct client {
 	int eof;			/* the peer sent all it will send */
 	char *out;			/* unsent reply bytes: out[outoff, outlen) */
 	size_t outoff, outlen, outcap;
+	uint64_t active_ns;		/* CLOCK_MONOTONIC of the last byte in or out */
+	uint64_t active_seq;		/* ctl->seq then: orders the idle exactly */
 };
 
 struct kvt_control {
@@ -67,8 +85,25 @@ struct kvt_control {
 	dev_t dev;			/* the socket file we made, so stop */
 	ino_t ino;			/* unlinks only that one */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	uint64_t idle_ns;		/* control.idle_ms; 0: no limit */
+	uint64_t seq;			/* activity counter (struct client.active_seq) */
 	struct client cl[MAX_CLIENTS];
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The client did something: it is the least idle now. */
+static void touch(struct kvt_control *ctl, struct client *c)
+{
+	c->active_ns = mono_ns();
+	c->active_seq = ++ctl->seq;
+}
 
 /* --- output buffers ------------------------------------------------------ */
 
@@ -444,17 +479,25 @@ static const char help_text[] =
 	"trace stop       finish the trace: records written, records dropped\n"
 	"help             this list\n";
 
-/* One request line (NUL-terminated, no newline). */
-static void handle_line(struct kvt_control *ctl, struct client *c, char *line)
+/* One request line: n bytes, the newline excluded, NUL-terminated at n. */
+static void handle_line(struct kvt_control *ctl, struct client *c, char *line, size_t n)
 {
 	char *cmd, *arg;
-	size_t n = strlen(line);
+	size_t words = 0;
 
 	if (n && line[n - 1] == '\r')
 		line[--n] = 0;
+	for (size_t i = 0; i < n; i++)
+		words += line[i] != 0 && line[i] != ' ' && line[i] != '\t';
+	if (!words) {
+		out_error(c, "empty command");	/* every line is answered */
+		return;
+	}
+	if (strlen(line) != n) {
+		out_error(c, "NUL byte in the request (at byte %zu)", strlen(line));
+		return;
+	}
 	cmd = trim(line);
-	if (!*cmd)
-		return;		/* an empty line asks nothing and gets nothing */
 	arg = cmd + strcspn(cmd, " \t");
 	if (*arg)
 		*arg++ = 0;
@@ -522,7 +565,7 @@ static void pump(struct kvt_control *ctl, struct client *c)
 			return;
 		} else {
 			*nl = 0;
-			handle_line(ctl, c, c->in);
+			handle_line(ctl, c, c->in, (size_t)(nl - c->in));
 		}
 		used = (size_t)(nl - c->in) + 1;
 		memmove(c->in, c->in + used, c->inlen - used);
@@ -588,7 +631,7 @@ int kvt_control_feed(struct kvt_pager *p, const char *in, size_t n, char **out, 
 }
 
 /* Send what the socket takes now. Returns -1 if the client is gone. */
-static int flush(struct client *c)
+static int flush(struct kvt_control *ctl, struct client *c)
 {
 	while (pending(c)) {
 		ssize_t n = send(c->fd, c->out + c->outoff, pending(c),
@@ -601,13 +644,14 @@ static int flush(struct client *c)
 			return -1;
 		}
 		c->outoff += (size_t)n;
+		touch(ctl, c);
 	}
 	c->outoff = c->outlen = 0;
 	return 0;
 }
 
 /* Read what is there. Returns -1 on EOF or error. */
-static int fill(struct client *c)
+static int fill(struct kvt_control *ctl, struct client *c)
 {
 	for (;;) {
 		size_t room = sizeof(c->in) - c->inlen;
@@ -623,6 +667,7 @@ static int fill(struct client *c)
 		}
 		if (!n)
 			return -1;
+		touch(ctl, c);
 		c->inlen += (size_t)n;
 		if ((size_t)n < room)
 			return 0;
@@ -638,6 +683,21 @@ static void refuse(int fd, const char *msg)
 	close(fd);
 }
 
+/* Close a client, with a last line unless a reply is half sent (the line
+ * would land inside it). What is unsent is dropped. */
+static void say_bye(struct client *c, const char *msg)
+{
+	if (!c->outoff) {
+		ssize_t r = send(c->fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		(void)r;
+	}
+	client_close(c);
+}
+
+#define STR_(x)	#x
+#define STR(x)	STR_(x)
+
 static void accept_one(struct kvt_control *ctl)
 {
 	struct ucred cr;
@@ -651,13 +711,54 @@ static void accept_one(struct kvt_control *ctl)
 		refuse(fd, "error permission denied\n.\n");
 		return;
 	}
+	struct client *slot = NULL;
+
+	for (int i = 0; i < MAX_CLIENTS && !slot; i++)
+		if (ctl->cl[i].fd < 0)
+			slot = &ctl->cl[i];
+	if (!slot) {
+		/* Every slot taken: the client idle the longest makes room. */
+		slot = &ctl->cl[0];
+		for (int i = 1; i < MAX_CLIENTS; i++)
+			if (ctl->cl[i].active_seq < slot->active_seq)
+				slot = &ctl->cl[i];
+		say_bye(slot, "error closed: idle the longest while all " STR(MAX_CLIENTS)
+			" control slots were taken, and a new client came\n.\n");
+	}
+	slot->fd = fd;
+	touch(ctl, slot);
+}
+
+/* Close the clients idle for idle_ns or longer; returns the milliseconds
+ * until the next one would be (poll's timeout), -1 for none. */
+static int reap_idle(struct kvt_control *ctl)
+{
+	uint64_t now = mono_ns(), next = UINT64_MAX;
+
+	if (!ctl->idle_ns)
+		return -1;
 	for (int i = 0; i < MAX_CLIENTS; i++) {
-		if (ctl->cl[i].fd < 0) {
-			ctl->cl[i].fd = fd;
-			return;
+		struct client *c = &ctl->cl[i];
+		uint64_t due;
+
+		if (c->fd < 0)
+			continue;
+		due = c->active_ns + ctl->idle_ns;
+		if (due <= now) {
+			char msg[96];
+
+			snprintf(msg, sizeof(msg), "error idle for %llu ms (control.idle_ms): "
+				 "closed\n.\n", (unsigned long long)(ctl->idle_ns / 1000000));
+			say_bye(c, msg);
+		} else if (due < next) {
+			next = due;
 		}
 	}
-	refuse(fd, "error too many clients\n.\n");
+	if (next == UINT64_MAX)
+		return -1;
+	/* Rounded up, so that a wake-up finds the client due. */
+	next = (next - now + 999999) / 1000000;
+	return next > INT32_MAX ? INT32_MAX : (int)next;
 }
 
 /* Answer, send, and answer again while the socket takes it all. Returns
@@ -666,7 +767,7 @@ static int service(struct kvt_control *ctl, struct client *c)
 {
 	for (;;) {
 		pump(ctl, c);
-		if (flush(c) < 0)
+		if (flush(ctl, c) < 0)
 			return -1;
 		if (pending(c))
 			return 0;		/* wait for POLLOUT */
@@ -684,6 +785,7 @@ static void *serve(void *arg)
 	int map[2 + MAX_CLIENTS];
 
 	for (;;) {
+		int timeout = reap_idle(ctl);
 		nfds_t n = 0;
 
 		pfd[n++] = (struct pollfd){ .fd = ctl->efd, .events = POLLIN };
@@ -697,7 +799,7 @@ static void *serve(void *arg)
 			pfd[n++] = (struct pollfd){ .fd = c->fd,
 				.events = pending(c) ? POLLOUT : POLLIN };
 		}
-		if (poll(pfd, n, -1) < 0) {
+		if (poll(pfd, n, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
@@ -711,7 +813,7 @@ static void *serve(void *arg)
 			if (!re)
 				continue;
 			if (re & POLLIN) {
-				if (fill(c) < 0)
+				if (fill(ctl, c) < 0)
 					c->eof = 1;	/* still answer what it sent */
 			} else if (!(re & POLLOUT)) {
 				client_close(c);	/* POLLERR, POLLHUP, POLLNVAL */
@@ -728,21 +830,104 @@ static void *serve(void *arg)
 
 /* --- start / stop -------------------------------------------------------- */
 
-static int default_path(char *buf, size_t len)
+/* The fallback directory, ${TMPDIR:-/tmp}/kvtier-UID: made here mode 0700,
+ * or, when it is there already, taken only if it is a directory (not a
+ * symbolic link) of ours, mode 0700 exactly. Anyone can create names in
+ * /tmp: a directory of someone else's there would let them take the
+ * socket's name first, or answer in the server's place. */
+static int private_dir(const char *dir, char *why, size_t whylen)
 {
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char run[64];
+	uid_t uid = geteuid();
 	struct stat st;
-	int n;
 
-	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)geteuid());
-	if (xdg && *xdg)
+	if (!mkdir(dir, 0700)) {
+		/* Ours, and in a sticky /tmp nobody else can swap it: the umask
+		 * may have narrowed 0700, nothing may widen it. */
+		if (chmod(dir, 0700)) {
+			int e = errno;
+
+			snprintf(why, whylen, "%s: chmod 0700: %s", dir, strerror(e));
+			return -e;
+		}
+		return 0;
+	}
+	if (errno != EEXIST) {
+		int e = errno;
+
+		snprintf(why, whylen, "%s: cannot create it: %s", dir, strerror(e));
+		return -e;
+	}
+	if (lstat(dir, &st)) {
+		int e = errno;
+
+		snprintf(why, whylen, "%s: %s", dir, strerror(e));
+		return -e;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		snprintf(why, whylen, "%s is a symbolic link, not a directory of ours: "
+			 "refused (remove it, or set XDG_RUNTIME_DIR)", dir);
+		return -ENOTDIR;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "%s is not a directory: refused (remove it, or set "
+			 "XDG_RUNTIME_DIR)", dir);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != uid) {
+		snprintf(why, whylen, "%s is owned by uid %u, not by us (uid %u): refused "
+			 "(remove it, or set XDG_RUNTIME_DIR)", dir, (unsigned)st.st_uid,
+			 (unsigned)uid);
+		return -EPERM;
+	}
+	if ((st.st_mode & 07777) != 0700) {
+		snprintf(why, whylen, "%s has mode %04o, must be 0700: refused (chmod 700 it, "
+			 "or set XDG_RUNTIME_DIR)", dir, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+KVT_API int kvt_control_default_path(char *buf, size_t len, char *why, size_t whylen)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR"), *tmp = getenv("TMPDIR");
+	char run[64], dir[4096], scratch[8];
+	uid_t uid = geteuid();
+	struct stat st;
+	int n, rc;
+
+	if (!why || !whylen) {
+		why = scratch;
+		whylen = sizeof(scratch);
+	}
+	why[0] = 0;
+	if (!buf || !len)
+		return -EINVAL;
+	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)uid);
+	if (xdg && *xdg) {
 		n = snprintf(buf, len, "%s/kvtier.sock", xdg);
-	else if (!stat(run, &st) && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+	} else if (!stat(run, &st) && S_ISDIR(st.st_mode) && st.st_uid == uid) {
 		n = snprintf(buf, len, "%s/kvtier.sock", run);
-	else
-		n = snprintf(buf, len, "/tmp/kvtier-%u.sock", (unsigned)geteuid());
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	} else {
+		if (!tmp || tmp[0] != '/')
+			tmp = "/tmp";
+		n = snprintf(dir, sizeof(dir), "%s/kvtier-%u", tmp, (unsigned)uid);
+		if (n < 0 || (size_t)n >= sizeof(dir))
+			goto too_long;
+		n = snprintf(buf, len, "%s/kvtier.sock", dir);
+		if (n < 0 || (size_t)n >= len)
+			goto too_long;
+		rc = private_dir(dir, why, whylen);
+		if (rc)
+			buf[0] = 0;
+		return rc;
+	}
+	if (n >= 0 && (size_t)n < len)
+		return 0;
+too_long:
+	buf[0] = 0;
+	snprintf(why, whylen, "the control socket's default path is too long (over %zu "
+		 "bytes): give a path", len - 1);
+	return -ENAMETOOLONG;
 }
 
 /* 0 if path is free (absent, or a socket nobody listens on, now removed),
@@ -785,6 +970,17 @@ KVT_API int kvt_control_start(struct kvt_pager *p, const char *path,
 		return -ENOMEM;
 	ctl->p = p;
 	ctl->lfd = ctl->efd = -1;
+	{
+		struct kvt_config *cfg = malloc(sizeof(*cfg));
+
+		if (!cfg) {
+			free(ctl);
+			return -ENOMEM;
+		}
+		kvt_pager_config(p, cfg);
+		ctl->idle_ns = (uint64_t)cfg->control_idle_ms * 1000000u;
+		free(cfg);
+	}
 	for (int i = 0; i < MAX_CLIENTS; i++)
 		ctl->cl[i].fd = -1;
 	if (path && *path) {
@@ -793,8 +989,14 @@ KVT_API int kvt_control_start(struct kvt_pager *p, const char *path,
 			goto fail;
 		}
 		strcpy(ctl->path, path);
-	} else if ((rc = default_path(ctl->path, sizeof(ctl->path)))) {
-		goto fail;
+	} else {
+		char why[512];
+
+		rc = kvt_control_default_path(ctl->path, sizeof(ctl->path), why, sizeof(why));
+		if (rc) {
+			kvt_plog(p, KVT_LOG_ERROR, "control socket: %s", why);
+			goto fail;
+		}
 	}
 	memcpy(sa.sun_path, ctl->path, strlen(ctl->path) + 1);
 

@@ -150,6 +150,7 @@ static const struct key keys[] = {
 	{ "psi.threshold", T_DOUBLE, OFF(psi_threshold), 0, 0, 100, 0, NULL, 0 },
 	UINT("psi.interval_ms", psi_interval_ms, 10, 60000),
 	STR("metrics.http", T_PATH, metrics_http, NULL),
+	UINT("control.idle_ms", control_idle_ms, 0, 86400000),
 	STR("device.name", T_NAME, device, device_syms),
 	{ "device.copy_gbps", T_DOUBLE, OFF(copy_gbps), 0, 0, 10000, 0, NULL, 0 },
 #ifdef KVT_FAULTS
@@ -617,6 +618,7 @@ KVT_API void kvt_config_default(struct kvt_config *cfg)
 	strcpy(cfg->psi_path, "/proc/pressure/memory");
 	cfg->psi_threshold = 0;
 	cfg->psi_interval_ms = 1000;
+	cfg->control_idle_ms = 30000;
 	cfg->host_floor = 0;
 	strcpy(cfg->device, "auto");
 	cfg->copy_gbps = 0;

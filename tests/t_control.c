@@ -379,33 +379,6 @@ int main(void)
 	check_kvtctl();
 	check_peer_refused(p);
 
-	/* 20 more clients on top of 4: the ones over the limit are told so and
-	 * closed, the others are served. */
-	{
-		int many[20], refused = 0;
-		char *depth = ask(c, "get access.prefetch_depth");
-
-		for (int i = 0; i < 20; i++) {
-			many[i] = dial(sock_path);
-			CHECK(many[i] >= 0);
-		}
-		for (int i = 0; i < 20; i++) {
-			/* A refused client may be closed before this arrives. */
-			(void)!send(many[i], "get access.prefetch_depth\n", 26, MSG_NOSIGNAL);
-			r = read_reply(many[i], 5.0);
-			if (!strcmp(r, "error too many clients\n"))
-				refused++;
-			else
-				CHECK(!strcmp(r, depth));
-			free(r);
-		}
-		CHECK(refused >= 4 && refused <= 8);
-		free(depth);
-		for (int i = 0; i < 20; i++)
-			close(many[i]);
-		expect(c, "get tier.fast.policy", "arc\n");
-	}
-
 	close(half);
 	close(silent);
 	close(d);

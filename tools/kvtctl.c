@@ -11,6 +11,10 @@
  * (from successive "stats json") once a second until interrupted, or N
  * times with -n. trace start takes FILE relative to our directory and
  * sends it absolute (the pager opens it, from its own directory).
+ *
+ * The default path is kvt_control_default_path's, as the server's. Before
+ * a reply is believed the server's uid is checked (SO_PEERCRED): it must
+ * be ours or root, else whoever holds the path could answer in its place.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <kvt/pager.h>
+
 #include "tools/cli.h"
 
 static void usage(FILE *f)
@@ -30,22 +36,8 @@ static void usage(FILE *f)
 		   "drain fast|host|\n"
 		   "              trace start FILE|trace stop|help|top [-n N]\n"
 		   "  -s PATH  control socket (default $XDG_RUNTIME_DIR/kvtier.sock, else\n"
-		   "           /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock)\n"
+		   "           /run/user/UID/kvtier.sock, else ${TMPDIR:-/tmp}/kvtier-UID/kvtier.sock)\n"
 		   "  --version  the version and the build's features\n");
-}
-
-static void default_path(char *buf, size_t len)
-{
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char run[64];
-
-	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)geteuid());
-	if (xdg && *xdg)
-		snprintf(buf, len, "%s/kvtier.sock", xdg);
-	else if (!access(run, X_OK))
-		snprintf(buf, len, "%s/kvtier.sock", run);
-	else
-		snprintf(buf, len, "/tmp/kvtier-%u.sock", (unsigned)geteuid());
 }
 
 static int connect_to(const char *path)
@@ -63,6 +55,22 @@ static int connect_to(const char *path)
 		fprintf(stderr, "kvtctl: %s: %s\n", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
+		return -1;
+	}
+	/* The server's uid is the listener's, taken when it called listen(). */
+	struct ucred cr;
+	socklen_t crlen = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen)) {
+		fprintf(stderr, "kvtctl: %s: cannot tell who serves it (SO_PEERCRED): %s\n",
+			path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (cr.uid != geteuid() && cr.uid != 0) {
+		fprintf(stderr, "kvtctl: %s is served by uid %u, neither us (uid %u) nor root: "
+			"not trusted\n", path, (unsigned)cr.uid, (unsigned)geteuid());
+		close(fd);
 		return -1;
 	}
 	return fd;
@@ -228,8 +236,14 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	if (!path[0])
-		default_path(path, sizeof(path));
+	if (!path[0]) {
+		char why[512];
+
+		if (kvt_control_default_path(path, sizeof(path), why, sizeof(why))) {
+			fprintf(stderr, "kvtctl: %s\n", why);
+			return 1;
+		}
+	}
 
 	if (!strcmp(argv[a], "top")) {
 		long n = 0;

@@ -109,6 +109,11 @@ struct kvt_config {
 	 * (loopback addresses only; port 0 = any free port); "" = off. */
 	char	 metrics_http[64];
 
+	/* Control socket (kvt_control_start): a client that sends and reads
+	 * nothing for this long is closed, so silent clients cannot hold
+	 * every slot; 0 = never. Read when the socket starts. */
+	unsigned control_idle_ms;	/* default 30000, max 86400000 (a day) */
+
 	/* Device (used by tools that open the device from a config) */
 	char	 device[32];		/* "cpu", "cuda" or "auto" */
 	double	 copy_gbps;		/* cpu device: copy bandwidth cap, 0 = none */

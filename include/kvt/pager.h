@@ -289,17 +289,31 @@ int  kvt_pager_trace_stop(struct kvt_pager *p);
 
 /* Control socket: a thread serving a Unix stream socket with a line
  * protocol (stats, stats json, metrics, get KEY, set KEY=VALUE, drain
- * fast|host, trace start /ABS/FILE, trace stop, help; every reply ends
- * with a line "." alone, errors are one line "error ..."). path NULL or
- * "": $XDG_RUNTIME_DIR/kvtier.sock, else
- * /run/user/UID/kvtier.sock, else /tmp/kvtier-UID.sock. The socket is made
- * mode 0600 and peers must have our uid or be root. -EEXIST if the path
- * holds anything but a socket nobody listens on (such a stale socket is
- * replaced). The pager must outlive it. */
+ * fast|host, trace start /ABS/FILE, trace stop, help; every line gets a
+ * reply, which ends with a line "." alone; errors are one line
+ * "error ..."). path NULL or "": kvt_control_default_path's (a refused
+ * fallback directory is -ENOTDIR or -EPERM, the reason through the log
+ * callback). The socket is made mode 0600 and peers must have our uid or
+ * be root. -EEXIST if the path holds anything but a socket nobody listens
+ * on (such a stale socket is replaced). At most 16 clients: one silent
+ * for the pager's control.idle_ms is closed, and a connection that finds
+ * all 16 taken takes the slot of the one idle the longest. The pager
+ * must outlive it. */
 struct kvt_control;
 int  kvt_control_start(struct kvt_pager *p, const char *path, struct kvt_control **out);
 /* Stops the thread, closes every client and removes the socket file. */
 void kvt_control_stop(struct kvt_control *c);
+/* The control socket's default path into buf (len bytes, 108 suffice):
+ * $XDG_RUNTIME_DIR/kvtier.sock, else /run/user/UID/kvtier.sock where that
+ * directory is ours, else DIR/kvtier.sock with DIR ${TMPDIR:-/tmp}/kvtier-UID
+ * (UID our effective uid), a private directory: made here mode 0700 when
+ * absent; when present, refused unless it is a directory (not a symbolic
+ * link) owned by us with mode 0700 exactly. kvt_control_start and kvtctl
+ * both call it, so they agree. Returns 0; -ENOTDIR or -EPERM for a
+ * refused directory, -ENAMETOOLONG, or -errno from mkdir, with one line
+ * naming the path and what is wrong in why (whylen bytes; why may be
+ * NULL). buf is "" on error. */
+int  kvt_control_default_path(char *buf, size_t len, char *why, size_t whylen);
 
 #ifdef __cplusplus
 }
