@@ -29,7 +29,7 @@
 #define HDR_BYTES	48	/* struct sess_hdr */
 #define N_CTX		32
 
-static struct fuzz_file model_file, sess_file;
+static struct fuzz_file sess_file;
 static struct kvt_model *m;
 static struct kvt_device *dev;
 static struct kvt_pager *p;
@@ -42,7 +42,7 @@ static void setup(void)
 	struct kvt_synth syn;
 	struct kvt_config c;
 	struct kvt_session *s;
-	char err[512], dir[] = "/tmp/kvt-fuzz-session.XXXXXX", path[64];
+	char err[512], dir[] = "/tmp/kvt-fuzz-session.XXXXXX", path[64], mpath[64];
 	int32_t toks[3] = { 1, 100, 200 };
 	uint64_t pb;
 	FILE *f;
@@ -56,11 +56,17 @@ static void setup(void)
 	syn.ff = 64;
 	syn.ctx = 64;
 	syn.vocab = KVT_SYNTH_MIN_VOCAB;
-	if (kvt_synth_write(&syn, fuzz_file_empty(&model_file, "model"), err, sizeof(err)) ||
-	    kvt_model_load(model_file.path, &m, err, sizeof(err))) {
+	/* The model in a file of its own (the writer renames a temporary
+	 * into place, which a memfd's /proc path cannot take); the mapping
+	 * outlives the name. */
+	FUZZ_CHECK(mkdtemp(dir) != NULL);
+	snprintf(mpath, sizeof(mpath), "%s/m.gguf", dir);
+	if (kvt_synth_write(&syn, mpath, err, sizeof(err)) ||
+	    kvt_model_load(mpath, &m, err, sizeof(err))) {
 		fprintf(stderr, "model: %s\n", err);
 		abort();
 	}
+	unlink(mpath);
 	kvt_config_default(&c);
 	kvt_engine_pager_geometry(m, ep.kv_type, &c);
 	c.page_tokens = 32;	/* 4 KiB pages: O_DIRECT's multiple */
@@ -77,7 +83,6 @@ static void setup(void)
 		abort();
 	}
 	/* A session of ours, for its header. */
-	FUZZ_CHECK(mkdtemp(dir) != NULL);
 	snprintf(path, sizeof(path), "%s/s", dir);
 	FUZZ_CHECK(kvt_session_new(e, &s) == 0);
 	FUZZ_CHECK(kvt_eval(e, s, toks, 3, NULL, NULL) == 0);
