@@ -879,6 +879,35 @@ static void bad_inputs(void)
 	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), -EINVAL);
 	rec[1].from = 0xff;
 	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), 0);
+	kvt_sim_trace_free(&t);
+
+	/* In a trace the pager wrote, two pages made in one slot with no FREE
+	 * between (a record altered: the pager's keys are slot | generation
+	 * << 32) are refused, naming the record; the same with the FREE, or
+	 * after a GAP (records may be missing), are read. */
+	{
+		const struct kvt_trace_hdr ph = { .source = KVT_SRC_PAGER };
+		const uint64_t g1 = 1ull << 32, g2 = 2ull << 32;
+		struct kvt_trace_rec x[4] = {
+			{ .event = KVT_EV_NEW, .key = 5 | g1, .from = 0xff, .to = 0 },
+			{ .event = KVT_EV_ACCESS, .key = 5 | g1, .from = 0xff, .to = 0xff },
+			{ .event = KVT_EV_FREE, .key = 5 | g1, .from = 0xff, .to = 0xff },
+			{ .event = KVT_EV_NEW, .key = 5 | g2, .from = 0xff, .to = 0 },
+		};
+
+		CHECK_EQ(kvt_sim_trace_recs(&t, x, 4, &ph, err, sizeof(err)), 0);
+		kvt_sim_trace_free(&t);
+		x[2].key = 6 | g1;		/* frees another slot's page */
+		CHECK_EQ(kvt_sim_trace_recs(&t, x, 4, &ph, err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "record 3") && strstr(err, "slot 5"));
+		x[2] = (struct kvt_trace_rec){ .event = KVT_EV_NEW, .key = 5 | g1, .from = 0xff, .to = 0 };
+		CHECK_EQ(kvt_sim_trace_recs(&t, x, 4, &ph, err, sizeof(err)), -EINVAL);
+		CHECK(strstr(err, "record 2"));	/* the same page made twice */
+		x[1] = (struct kvt_trace_rec){ .event = KVT_EV_GAP, .from = 0xff, .to = 0xff };
+		CHECK_EQ(kvt_sim_trace_recs(&t, x, 4, &ph, err, sizeof(err)), 0);
+		kvt_sim_trace_free(&t);
+	}
+	CHECK_EQ(kvt_sim_trace_recs(&t, rec, 2, NULL, err, sizeof(err)), 0);
 	c = one_tier("nosuchpolicy", 4);
 	CHECK_EQ(kvt_sim_run(&c, &t, &r, err, sizeof(err)), -EINVAL);
 	CHECK(strstr(err, "nosuchpolicy"));
