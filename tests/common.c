@@ -417,3 +417,29 @@ const char *t_dir(void)
 	return d ? d : "/tmp";
 }
 
+
+int t_vshell(char *out, size_t outlen, const char *fmt, va_list ap)
+{
+	char cmd[8192];
+	size_t n;
+	FILE *f;
+	int st;
+
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	CHECK((f = popen(cmd, "r")));
+	n = fread(out, 1, outlen - 1, f);
+	out[n] = 0;
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int t_shell(char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = t_vshell(out, outlen, fmt, ap);
+	va_end(ap);
+	return r;
+}

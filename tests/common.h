@@ -3,6 +3,7 @@
 #ifndef KVT_TESTS_COMMON_H
 #define KVT_TESTS_COMMON_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -19,6 +20,14 @@
 		__FILE__, __LINE__, #a, _a, #b, _b); exit(1); } } while (0)
 #define SKIP(...) do { fprintf(stderr, "skip: " __VA_ARGS__); fputc('\n', stderr); \
 	exit(T_SKIP); } while (0)
+
+/* Run the shell command fmt... (printf-style); what it writes to stdout
+ * (add "2>&1" for stderr too) into out, NUL-terminated and cut at outlen
+ * - 1 bytes; its exit status, 128 when it did not exit. t_vshell is the
+ * same with a va_list. */
+int t_shell(char *out, size_t outlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int t_vshell(char *out, size_t outlen, const char *fmt, va_list ap);
 
 /* A part of a test that cannot run here while the rest goes on: prints the
  * line "skip-part: PART: reason" (to stderr, flushed), which tests/run.sh

@@ -42,20 +42,11 @@ static int run(const char *fmt, ...)
 {
 	char cmd[8192];
 	va_list ap;
-	FILE *f;
-	size_t n;
-	int st;
 
 	va_start(ap, fmt);
 	vsnprintf(cmd, sizeof(cmd) - 8, fmt, ap);
 	va_end(ap);
-	strcat(cmd, " 2>&1");
-	f = popen(cmd, "r");
-	CHECK(f);
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = 0;
-	st = pclose(f);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return t_shell(out, sizeof(out), "%s 2>&1", cmd);
 }
 
 /* Run, and fail with the command's output unless it exits 0. */

@@ -23,25 +23,8 @@
 static char bin[1024], mk[1024], dir[1024], model[1200];
 static char out[1 << 16];
 
-/* Run a shell command, capture stdout+stderr into out; returns the exit status. */
-static int run(const char *fmt, ...)
-{
-	char cmd[8192];
-	va_list ap;
-	FILE *f;
-	size_t n;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	f = popen(cmd, "r");
-	CHECK(f);
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = 0;
-	st = pclose(f);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+/* A shell command; its output into out; its exit status (tests/common.h). */
+#define run(...) t_shell(out, sizeof(out), __VA_ARGS__)
 
 static float *load_floats(const char *path, size_t *n)
 {
