@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "no frame: %d after %.3f s wall, %.3f s cpu\n", r, dw, dc);
 	CHECK_EQ(r, -ENOSPC);
 	CHECK_EQ(v.page, 0);
-	CHECK(dw < 2.0);
+	CHECK(dw < 2.0 * t_slow());	/* soon, on a busy machine too */
 	CHECK(dc < 0.5 * dw + 0.05);		/* waited, did not spin */
 
 	/* A tail goes: the page comes up and reads right. */
