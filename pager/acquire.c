@@ -46,8 +46,10 @@ static struct layer_tab *layer_pages(struct kvt_pager *p, kvt_seq_t h, unsigned 
 	return lt;
 }
 
-/* Pin a page that is readable at `target` (or above) and fill e. */
-static int try_pin(struct kvt_pager *p, struct entry *e, int target)
+/* Pin a page that is readable at `target` (or above) and fill e. A page
+ * a prefetch brought, read now, stays in transit (kvt_transit()) until it
+ * is handed out: it counts as asked for by the batch. */
+static int try_pin(struct kvt_pager *p, struct kvt_batch *b, struct entry *e, int target)
 {
 	struct page *pg = &p->pages[e->slot];
 	int ti;
@@ -66,8 +68,14 @@ static int try_pin(struct kvt_pager *p, struct entry *e, int target)
 	e->ptr = frame_ptr(&p->t[ti], pg->frame[ti]);
 	e->ntok = pg->ntok;
 	touch(p, e->slot, ti);
-	if (kvt_pf_unset(p, pg))
+	if (kvt_pf_unset(p, pg)) {
 		p->st.prefetch_hit++;
+		if (!e->asked) {
+			e->asked = 1;
+			b->lead++;
+			__atomic_add_fetch(&p->asked, 1, __ATOMIC_RELAXED);
+		}
+	}
 	return 1;
 }
 
@@ -91,25 +99,28 @@ static void count_lookup(struct kvt_pager *p, const struct page *pg)
  * behind had the rest of its layer brought up ahead of it, the frames
  * taken from pages due later in the step, each read again when its turn
  * came (t_scan_min copying up, two busy loops on its two cores: 1.1 to
- * 1.4 times the least a step must read; 1.2 to 1.4 every time with readers
- * that let the pager run ahead). So a sequence's open batches have no more
- * asked for and not handed out, together, than the stage (the frames the
- * tier keeps for pages on their way), and ask for more in runs of what one
- * read carries (p->extent pages), or of the whole window where that is
- * less, so that the reads still coalesce. Prefetch leaves the pages a
- * batch waits for to it (pop_prefetch()). */
+ * 1.4 times the least a step must read). So all open batches together,
+ * with the prefetches on their way or landed and not read, have no more
+ * pages in transit than the stage (the frames the tier keeps for them:
+ * kvt_transit()), and ask for more in runs of what one read carries
+ * (p->extent pages, what the batch has left, or the stage where that is
+ * less), so that the reads still coalesce. A batch with nothing on its way
+ * asks for one run whatever the stage holds, so that it always goes on.
+ * Prefetch leaves the pages a batch waits for to it (pop_prefetch()). */
 static int ask(struct kvt_pager *p, struct kvt_batch *b)
 {
-	uint32_t batches = p->seqs[b->seq]->batches, st = p->stage[p->target];
+	uint32_t st = p->stage[p->target], used = kvt_transit(p);
+	uint32_t run = p->extent < b->nheld ? p->extent : b->nheld;
+	uint32_t room = st > used ? st - used : 0;
 	int queued = 0;
 
-	b->win = st / (batches ? batches : 1);
-	if (!b->win)
-		b->win = 1;
-	b->low = b->win - (p->extent < b->win ? p->extent : b->win);
-	if (b->lead > b->low)
+	if (run > st)
+		run = st ? st : 1;
+	if (!run || (room < run && b->lead))
 		return 0;
-	for (; b->nheld && b->lead < b->win; b->ask++) {
+	if (room < run)
+		room = run;
+	for (; b->nheld && room; b->ask++) {
 		struct entry *e = &b->e[b->ask];
 		struct page *pg = &p->pages[e->slot];
 
@@ -118,7 +129,10 @@ static int ask(struct kvt_pager *p, struct kvt_batch *b)
 		e->held = 0;
 		e->asked = 1;
 		b->nheld--;
+		p->held--;
 		b->lead++;
+		room--;
+		__atomic_add_fetch(&p->asked, 1, __ATOMIC_RELAXED);
 		if (pg->state == P_READY) {
 			kvt_queue_demand(p, e->slot);
 			queued = 1;
@@ -157,11 +171,18 @@ int kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uin
 		struct page *pg = &p->pages[slot];
 		struct entry *e = &b->e[i];
 		*e = (struct entry){ .slot = slot, .gen = pg->gen, .index = idx };
+		/* A prefetch still queued for the page is moot now: the batch
+		 * has it, or will ask for it. Left in the queue, it read the
+		 * page again after the batch was done with it and had it
+		 * evicted, into a frame of the stage that it then held until
+		 * the next step read it. */
+		uint16_t queued_pf = pg->flags & (PF_PFMOVE | PF_QPREF);
+		pg->flags &= ~PF_QPREF;
 		count_lookup(p, pg);
 		/* ACCESS: from = where count_lookup found it (a hit there),
 		 * to = where the batch reads it. */
 		int found = pg->state == P_LOST ? -1 : pg->top;
-		if (try_pin(p, e, target)) {
+		if (try_pin(p, b, e, target)) {
 			TRACE(p, tnow, KVT_EV_ACCESS, slot, found, e->tier, (uint32_t)p->page_bytes,
 			      0, 0.f);
 			b->ready[b->nready++] = i;
@@ -175,7 +196,7 @@ int kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uin
 		}
 		TRACE(p, tnow, KVT_EV_ACCESS, slot, found, target, (uint32_t)p->page_bytes,
 		      KVT_TF_WAIT, 0.f);
-		if ((pg->flags & (PF_PFMOVE | PF_QPREF))) {
+		if (queued_pf) {
 			p->st.prefetch_late++;
 			pg->flags &= ~PF_PFMOVE;
 		}
@@ -184,28 +205,40 @@ int kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uin
 		pg->want++;
 		e->held = 1;
 		b->nheld++;
+		p->held++;
 		b->pend[b->npend++] = i;
+	}
+	/* Pages a prefetch brought go out first: they hold frames of the
+	 * stage (take_landed()). */
+	for (uint32_t i = 0, k = 0; i < b->nready; i++) {
+		uint32_t x = b->ready[i];
+		if (b->e[x].asked) {
+			b->ready[i] = b->ready[k];
+			b->ready[k++] = x;
+		}
 	}
 	s->batches++;
 	if (ask(p, b))
 		queued = 2;
 	/* Layer-ahead prefetch: the same pages of the next layers, past the
-	 * last layer those of the first (the next step's). No more layers
-	 * than the tier batches read from holds: deeper, the prefetched pages
-	 * were evicted before their layer came. At the limit this layer's
-	 * pinned pages leave less room, and a prefetch that finds no frame is
-	 * dropped (docs/architecture.md has the measurements). */
+	 * last layer those of the first (the next step's), the next layer's
+	 * read first (kvt_queue_prefetch). No more layers than the tier
+	 * batches read from holds: deeper, the prefetched pages were evicted
+	 * before their layer came; but always the next one, whose reads
+	 * keep the disk busy while this layer's compute ends (a tier that
+	 * holds less than a layer used to prefetch nothing). Prefetch goes
+	 * no further ahead than the stage has room (kvt_stage_room()). */
 	unsigned depth = p->cfg.prefetch_depth;
 	uint64_t fits = lt->n ? p->t[p->target].online / lt->n : depth;
 
 	if (depth > fits)
-		depth = (unsigned)fits;
+		depth = fits ? (unsigned)fits : 1;
 	for (unsigned d = 1; ahead && d <= depth && d < p->cfg.n_layers; d++) {
 		struct layer_tab *nl = &s->lt[(layer + d) % p->cfg.n_layers];
 		for (unsigned i = 0; i < n; i++) {
 			uint32_t idx = pages ? pages[i] : i;
 			if (idx < nl->n) {
-				kvt_queue_prefetch(p, nl->pg[idx]);
+				kvt_queue_prefetch(p, nl->pg[idx], d > 1);
 				queued |= 1;
 			}
 		}
@@ -236,8 +269,9 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 		uint32_t i = b->pend[j];
 		struct entry *e = &b->e[i];
 		struct page *pg = &p->pages[e->slot];
-		if (try_pin(p, e, b->target)) {
+		if (try_pin(p, b, e, b->target)) {
 			b->nheld -= e->held;
+			p->held -= e->held;
 			e->held = 0;
 			pg->want--;
 			b->ready[b->nready++] = i;
@@ -246,6 +280,7 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 		}
 		if (pg->state == P_LOST) {
 			b->nheld -= e->held;
+			p->held -= e->held;
 			e->held = 0;
 			pg->want--;
 			e->err = -EIO;
@@ -289,6 +324,44 @@ static uint32_t collect(struct kvt_pager *p, struct kvt_batch *b, int give_up, i
 	return moved;
 }
 
+/* Pages asked for that have landed since the batch last looked (lock
+ * held): they go out next, ahead of the pages pinned at acquire. Those
+ * hold frames of the policy's share, which nothing waits for; a landed
+ * page holds a frame of the stage, and the reads behind it wait for that
+ * frame (ask() asks for more only as pages are handed out). Handed out
+ * first, the disk keeps reading while the resident pages are folded in
+ * the time it takes; handed out last, it idled until they were. Only the
+ * asked entries are looked at: pend[] is in index order and those are
+ * the entries before b->ask. */
+static void take_landed(struct kvt_pager *p, struct kvt_batch *b)
+{
+	uint32_t j, k, first = b->nready;
+
+	b->seen = p->events;
+	for (j = k = 0; j < b->npend; j++) {
+		uint32_t i = b->pend[j];
+		struct entry *e = &b->e[i];
+
+		if (e->held)
+			break;
+		if (try_pin(p, b, e, b->target)) {
+			p->pages[e->slot].want--;
+			b->ready[b->nready++] = i;
+		} else {
+			b->pend[k++] = i;
+		}
+	}
+	if (k == j)
+		return;
+	memmove(b->pend + k, b->pend + j, (b->npend - j) * sizeof(*b->pend));
+	b->npend -= j - k;
+	for (uint32_t a = b->rpos, n = first; a < first && n < b->nready; a++, n++) {
+		uint32_t x = b->ready[a];
+		b->ready[a] = b->ready[n];
+		b->ready[n] = x;
+	}
+}
+
 /* Views handed out and no longer read: all before rpos, or for a held
  * batch, what kvt_batch_done gave back. */
 static uint32_t consumed(const struct kvt_batch *b)
@@ -323,16 +396,18 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		return -EINVAL;
 	p = b->p;
 	uint32_t nc = consumed(b) - b->unpinned;
-	int more = b->nheld && b->lead <= b->low;
-	if (b->rpos < b->nready && ((nc && (nc >= 32 || b->npend)) || more)) {
+	if (b->rpos < b->nready && ((nc && (nc >= 32 || b->npend)) || b->nheld)) {
 		/* Hand consumed pages back now and then, so a large batch does
 		 * not hold the tier for its whole run; at once while pages are
 		 * still on their way: they come through the frames these hold.
-		 * Ask for more once a run's worth of those asked for are out. */
+		 * Ask for more as the stage has room. */
 		pthread_mutex_lock(&p->lock);
 		unpin_consumed(p, b);
-		if (more && ask(p, b))
+		if (ask(p, b))
 			kvt_wake_migrate(p);
+		if (b->npend && b->seen != p->events)
+			take_landed(p, b);
+		kvt_wake_prefetch(p);
 		pthread_mutex_unlock(&p->lock);
 	}
 	if (b->rpos == b->nready) {
@@ -346,6 +421,8 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 			kvt_wake_migrate(p);
 		ev = p->events;
 		while (!collect(p, b, give_up, tick)) {
+			if (ask(p, b))
+				kvt_wake_migrate(p);
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_nsec += (long)RETRY_WAIT_NS;
@@ -370,8 +447,11 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		pthread_mutex_unlock(&p->lock);
 	}
 	struct entry *e = &b->e[b->ready[b->rpos++]];
-	b->lead -= e->asked;
-	e->asked = 0;
+	if (e->asked) {
+		b->lead--;
+		e->asked = 0;
+		__atomic_sub_fetch(&p->asked, 1, __ATOMIC_RELAXED);
+	}
 	view->page = e->index;
 	view->id = (uint64_t)e->gen << 32 | e->slot;
 	if (e->err) {
@@ -423,6 +503,9 @@ KVT_API void kvt_batch_release(struct kvt_batch *b)
 	for (uint32_t j = 0; j < b->npend; j++)
 		p->pages[b->e[b->pend[j]].slot].want--;
 	p->seqs[b->seq]->batches--;
+	p->held -= b->nheld;
+	__atomic_sub_fetch(&p->asked, b->lead, __ATOMIC_RELAXED);
+	kvt_wake_prefetch(p);
 	p->st.acquires += b->handed;
 	p->st.host_in_place += b->in_place;
 	pthread_mutex_unlock(&p->lock);
@@ -441,7 +524,7 @@ KVT_API int kvt_prefetch(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 	if (!lt)
 		goto out;
 	for (unsigned i = 0; i < n; i++)
-		kvt_queue_prefetch(p, lt->pg[pages ? pages[i] : i]);
+		kvt_queue_prefetch(p, lt->pg[pages ? pages[i] : i], 0);
 	pthread_cond_signal(&p->work);
 out:
 	pthread_mutex_unlock(&p->lock);

@@ -156,6 +156,10 @@ struct kvt_pager {
 	uint32_t	stage[KVT_NTIERS];	/* frames kept for pages in flight into a tier */
 	uint32_t	staged, staged_pf;	/* pages PF_STAGED (in flight up), of them PF_STAGEPF */
 	uint32_t	pf_landed;	/* pages PF_PREFETCHED: landed by a prefetch, not read */
+	uint32_t	asked;		/* open batches' pages asked for, not handed out
+					 * (the sum of their lead; atomic: handing out
+					 * takes no lock) */
+	uint32_t	held;		/* open batches' pages not asked for yet (nheld) */
 	uint32_t	dups;		/* pages with a copy in both fast and host */
 	int		wants_scores;	/* some tier's policy has on_score */
 
@@ -171,7 +175,7 @@ struct kvt_pager {
 	struct seq	**seqs;
 	uint32_t	nseqs, free_seq, open_seqs;
 
-	struct pqueue	demand, prefetch;
+	struct pqueue	demand, prefetch, pf_far;	/* pf_far: layers past the next */
 	struct job	*jobs;
 	uint64_t	events;		/* bumped when pins drop, pages free or moves land */
 	uint64_t	err_ev;		/* events when a promotion last failed for want of frames */
@@ -245,8 +249,7 @@ struct kvt_batch {
 	uint32_t nheld;		/* entries held */
 	uint32_t ask;		/* no entry before e[ask] is held */
 	uint32_t lead;		/* entries asked for and not handed out yet */
-	uint32_t win;		/* asked for at most */
-	uint32_t low;		/* ask for more when lead is down to this */
+	uint64_t seen;		/* p->events when landed pages were last taken */
 	int	 target;
 	uint64_t handed, in_place;
 	struct entry *e;	/* [n] */
@@ -308,6 +311,7 @@ void kvt_unpin(struct kvt_pager *p, uint32_t s);
 void kvt_stage_in(struct kvt_pager *p, struct page *pg, int prefetch);
 void kvt_stage_out(struct kvt_pager *p, struct page *pg);
 uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch);
+uint32_t kvt_transit(const struct kvt_pager *p);
 
 /* TRACE costs a test of p->rec when no trace is being recorded. */
 #define TRACE(p, ...) do { if (__builtin_expect((p)->rec != NULL, 0)) \
@@ -368,7 +372,14 @@ static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
 /* migrate.c: the queues and the migration thread */
 void kvt_queue_demand(struct kvt_pager *p, uint32_t s);
 void kvt_wake_migrate(struct kvt_pager *p);
-void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s);
+void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far);
+void kvt_wake_prefetch(struct kvt_pager *p);
+
+/* Prefetches queued, both queues. */
+static inline uint32_t kvt_pf_queued(const struct kvt_pager *p)
+{
+	return p->prefetch.n + p->pf_far.n;
+}
 void *kvt_migrate_main(void *arg);
 int  kvt_run_job_sync(struct kvt_pager *p, struct job *j);
 uint32_t kvt_alloc_tail_frame(struct kvt_pager *p);

@@ -99,17 +99,31 @@ void kvt_wake_migrate(struct kvt_pager *p)
 	}
 }
 
-void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s)
+/* Prefetches go in two queues, the next layer's pages and those of the
+ * layers after it, and are read in that order: the batches of one layer
+ * each queue their own pages of every layer ahead, so that a single
+ * queue would hold the first batch's pages two layers ahead before the
+ * second batch's of the next layer. */
+void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far)
 {
 	struct page *pg = &p->pages[s];
 	if (pg->state != P_READY || pg->frame[p->target] != NO_FRAME ||
 	    (pg->frame[KVT_TIER_FAST] != NO_FRAME) ||
 	    (pg->flags & (PF_QDEMAND | PF_QPREF)))
 		return;
-	if (pq_push(&p->prefetch, s, pg->gen) == 0) {
+	if (pq_push(far ? &p->pf_far : &p->prefetch, s, pg->gen) == 0) {
 		pg->flags |= PF_QPREF;
 		p->st.prefetch_issued++;
 	}
+}
+
+/* The stage has room for queued prefetches now (lock held): wake the
+ * migration thread, which may be waiting for it. Called as batches hand
+ * pages out and go. */
+void kvt_wake_prefetch(struct kvt_pager *p)
+{
+	if (kvt_pf_queued(p) && !p->held && kvt_stage_room(p, 1))
+		pthread_cond_signal(&p->work);
 }
 
 /* ---------------------------------------------------------------------
@@ -737,9 +751,12 @@ static uint32_t pop_prefetch(struct kvt_pager *p, struct pref *req, uint32_t max
 {
 	uint32_t got = pq_pop(&p->prefetch, req, max), n = 0;
 
+	got += pq_pop(&p->pf_far, req + got, max - got);
+
 	for (uint32_t i = 0; i < got; i++) {
 		struct page *pg = &p->pages[req[i].slot];
-		if (pg->gen != req[i].gen)
+		/* Freed since, or acquired since (acquire cleared the flag). */
+		if (pg->gen != req[i].gen || !(pg->flags & PF_QPREF))
 			continue;
 		pg->flags &= ~PF_QPREF;
 		if (!(pg->flags & PF_QDEMAND) && !pg->want)
@@ -784,7 +801,7 @@ static unsigned refill(void *arg, struct kvt_io *io, unsigned room)
 
 		if (p->demand.n && (sr = kvt_stage_room(p, 0))) {
 			n = pq_pop(&p->demand, req, want < sr ? want : sr);
-		} else if (!p->demand.n && p->prefetch.n && (sr = kvt_stage_room(p, 1))) {
+		} else if (!p->demand.n && kvt_pf_queued(p) && (sr = kvt_stage_room(p, 1))) {
 			n = pop_prefetch(p, req, want < sr ? want : sr);
 			prefetch = 1;
 		}
@@ -922,14 +939,14 @@ void *kvt_migrate_main(void *arg)
 		if (worked)
 			continue;
 		room = kvt_stage_room(p, 1);
-		if (p->prefetch.n && room) {
+		if (kvt_pf_queued(p) && room) {
 			promote(p, req, pop_prefetch(p, req, room < p->move_batch ? room : p->move_batch), 1);
 			continue;
 		}
-		if (p->prefetch.n && !p->staged_pf && !p->moving) {
-			/* Prefetch's share of the stage is all pages landed and
-			 * not read yet: what is queued behind them could only
-			 * come by evicting pages needed sooner. Dropped. */
+		if (kvt_pf_queued(p) && p->pf_landed >= p->stage[p->target] && !p->moving) {
+			/* The stage is all prefetched pages landed and not read
+			 * yet: what is queued behind them could only come by
+			 * evicting pages needed sooner. Dropped. */
 			uint32_t n = pop_prefetch(p, req, MAX_MOVE);
 			p->st.prefetch_dropped += n;
 			continue;

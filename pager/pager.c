@@ -156,6 +156,7 @@ static void pager_free(struct kvt_pager *p)
 	free(p->pages);
 	free(p->demand.v);
 	free(p->prefetch.v);
+	free(p->pf_far.v);
 	free(p->moves);
 	free(p->ios);
 	free(p->order);

@@ -524,7 +524,7 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 	s->parked = 0;
 	for (unsigned l = 0; l < p->cfg.n_layers; l++)
 		for (uint32_t i = 0; i < s->lt[l].n; i++)
-			kvt_queue_prefetch(p, s->lt[l].pg[i]);
+			kvt_queue_prefetch(p, s->lt[l].pg[i], 0);
 	pthread_cond_signal(&p->work);
 	pthread_mutex_unlock(&p->lock);
 	return 0;

@@ -285,13 +285,13 @@ void kvt_unpin(struct kvt_pager *p, uint32_t s)
 	}
 }
 
-/* The stage: promotions into the tier batches read from (p->target) in
- * flight at once, at most p->stage[target] of them, prefetches at most
- * half: so pages on their way in never take more of the tier than the
- * frames its policy does not get, and a demand is not held up behind a
- * stream of prefetches. A page counts from the moment it is picked until
- * it lands (or fails); a prefetched page, until it is read (p->pf_landed).
- * What batches ask for is held to the stage by ask(), landed or not. */
+/* The stage: pages in transit into the tier batches read from
+ * (p->target), at most p->stage[target] of them, so that they never take
+ * more of the tier than the frames its policy does not get. A page counts
+ * from the moment it is picked until it lands (or fails), the staged
+ * count; a page a batch asked for, until the batch hands it out (ask(),
+ * p->asked); a prefetched page, until it is read (p->pf_landed).
+ * Prefetch has only what demand leaves (kvt_stage_room()). */
 void kvt_stage_in(struct kvt_pager *p, struct page *pg, int prefetch)
 {
 	pg->flags |= PF_STAGED | (prefetch ? PF_STAGEPF : 0);
@@ -308,6 +308,15 @@ void kvt_stage_out(struct kvt_pager *p, struct page *pg)
 	pg->flags &= ~(PF_STAGED | PF_STAGEPF);
 }
 
+/* Pages in transit into the tier batches read from: asked for by open
+ * batches and not handed out yet (on their way, landed, or pinned at
+ * acquire after a prefetch brought them), and prefetched ones on their
+ * way or landed and not read. The stage holds them all. */
+uint32_t kvt_transit(const struct kvt_pager *p)
+{
+	return __atomic_load_n(&p->asked, __ATOMIC_RELAXED) + p->staged_pf + p->pf_landed;
+}
+
 /* How many more pages may start on their way in now, for demand or
  * prefetch: what the stage has left, or, when the landing tier has more
  * free frames than its watermark keeps, those (they hold nothing the
@@ -319,10 +328,12 @@ uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch)
 	uint32_t spare = t->nfree > t->wm_high + debt(t) ? t->nfree - t->wm_high - debt(t) : 0;
 
 	if (prefetch) {
-		/* Prefetched pages count until they are read: on their way,
-		 * or landed and waiting (they are kept for their reader). */
-		uint32_t held = p->staged_pf + p->pf_landed;
-		uint32_t pf = cap / 2 > held ? cap / 2 - held : 0;
+		/* Demand first: while a batch has pages it has not asked for
+		 * yet, the stage is kept for them. Then prefetch has what the
+		 * pages in transit leave. So the reads go on past the end of
+		 * a layer into the next ones, in the frames the batches no
+		 * longer need. */
+		uint32_t used = kvt_transit(p), pf = p->held || used >= cap ? 0 : cap - used;
 		room = room < pf ? room : pf;
 	}
 	return room > spare ? room : spare;

@@ -32,14 +32,18 @@ void kvt_tier_marks(struct kvt_pager *p, int ti)
 	 * in. Every tier keeps its watermark's free frames; the tier batches
 	 * read from (the landing tier) also keeps what the pages in flight
 	 * and not yet read take: one NVMe ring's worth (io.depth requests of
-	 * io.max_io_bytes, what keeps the disk busy), at most an eighth of
-	 * the tier, at least 8 frames where it has 16. */
+	 * io.max_io_bytes, what keeps the disk busy), at most a quarter of
+	 * the tier, at least 8 frames where it has 16. The stage is also
+	 * what the disk can read ahead while compute does the rest of a
+	 * layer: a quarter kept it busy where an eighth left it idle a third
+	 * of the step, at the cost of as many more bytes read a step
+	 * (docs/benchmarks.md, "Reads across layers"). */
 	uint32_t st = t->wm_high;
 	/* The landing tier, and when pages are copied up, the host tier
 	 * their NVMe reads land in on the way. */
 	if (ti == p->target || (ti == KVT_TIER_HOST && p->target == KVT_TIER_FAST)) {
 		uint64_t ring = (uint64_t)p->cfg.io_depth * p->cfg.max_io_bytes / p->page_bytes;
-		uint64_t r = t->online / 8 < ring ? t->online / 8 : ring;
+		uint64_t r = t->online / 4 < ring ? t->online / 4 : ring;
 		if (r < 8)
 			r = t->online >= 16 ? 8 : t->online > 1 ? t->online / 2 : 1;
 		if (r > st)

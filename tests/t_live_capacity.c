@@ -208,7 +208,7 @@ static void idle(struct kvt_pager *p)
 
 	for (;;) {
 		pthread_mutex_lock(&p->lock);
-		int busy = p->demand.n || p->prefetch.n || p->jobs || p->moving;
+		int busy = p->demand.n || kvt_pf_queued(p) || p->jobs || p->moving;
 		pthread_mutex_unlock(&p->lock);
 		if (!busy)
 			return;

@@ -41,7 +41,7 @@ static void settle(struct kvt_pager *p)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		int busy = p->demand.n || p->prefetch.n || p->jobs;
+		int busy = p->demand.n || kvt_pf_queued(p) || p->jobs;
 		for (uint32_t s = 0; s < p->npages && !busy; s++)
 			busy = p->pages[s].state == P_MOVING;
 		if (!busy)

@@ -42,7 +42,7 @@ static void fall_behind(struct kvt_pager *p)
 	for (unsigned quiet = 0, i = 0; quiet < 2 && i < 1000; i++) {
 		usleep(200);
 		pthread_mutex_lock(&p->lock);
-		quiet = p->moving || p->demand.n || p->prefetch.n ? 0 : quiet + 1;
+		quiet = p->moving || p->demand.n || kvt_pf_queued(p) ? 0 : quiet + 1;
 		pthread_mutex_unlock(&p->lock);
 	}
 }

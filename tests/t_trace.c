@@ -274,7 +274,7 @@ static void settle(struct kvt_pager *p)
 {
 	for (;;) {
 		t_quiesce_locked(p);
-		int idle = !p->demand.n && !p->prefetch.n && !p->moving && !p->jobs;
+		int idle = !p->demand.n && !kvt_pf_queued(p) && !p->moving && !p->jobs;
 		pthread_mutex_unlock(&p->lock);
 		if (idle)
 			return;
