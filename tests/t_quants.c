@@ -11,8 +11,8 @@
  *              without, and the sgemm path) against a double product over
  *              the reference's values, with f32 activations;
  *   int8       x rounded to 8 bits (qdots.h): the rounding as written,
- *              the AVX-512BW kernels of every block type against the
- *              integer reference (extreme quants and scales, and x at
+ *              the AVX-512BW and the AVX2 kernels of every block type
+ *              against the integer reference (extreme quants and scales, and x at
  *              +-127, too), and kvt_matmul against the exact product
  *              within the bound the rounding of x allows;
  *   speed      (a figure, not a check) one row against 4096 x 4096
@@ -311,17 +311,14 @@ static void check_xq(const struct kvt_xq *xq, const float *x)
 		}
 }
 
-static void test_int8(struct kvt_pool *pool)
+/* Every type's kernel at the current simd level. */
+static void test_int8_level(struct kvt_pool *pool)
 {
 	enum { ROWS = 6, OUT = 37 };
 	static const unsigned n_ins[] = { 256, 544, 1024 };	/* 544: 17 blocks of 32 */
 	unsigned kernels = 0;
 	double worst_ref = 0, worst_bound = 0;
 
-	if (!kvt_qdots(KVT_W_Q4_K)) {
-		printf("int8: no AVX-512BW here (or turned off): f32 activations only\n");
-		return;
-	}
 	for (unsigned ni = 0; ni < 3; ni++)
 	for (unsigned k = 0; k < NTYPES; k++) {
 		const uint32_t type = all[k];
@@ -337,8 +334,10 @@ static void test_int8(struct kvt_pool *pool)
 		if (n % t->blk)
 			goto next;
 		CHECK(w && wd && x && q);
+		/* each 16 of its own range, each 32 about its own centre:
+		 * sub-block scales and mins that differ */
 		for (unsigned i = 0; i < n * OUT; i++)
-			w[i] = frand() * 0.1f;
+			w[i] = frand() * 0.02f * (float)(1 + i / 16 % 5) + 0.03f * (float)(i / 32 % 3) - 0.03f;
 		/* x with an outlier now and then, as activations have; row 3
 		 * at +-127 throughout, in runs of 3 of one sign, so that
 		 * vpmaddubsw's pairs reach their largest sums */
@@ -348,31 +347,35 @@ static void test_int8(struct kvt_pool *pool)
 		if (ni == 1 && type == KVT_W_Q8_0)	/* -128 too, whose sign goes onto x */
 			for (unsigned o = 0; o < OUT; o++)
 				q[o * rb + 2 + 3] = 0x80;
-		/* In each row one block of extremes: every byte but the f16
-		 * scales 0xFF (the largest quants, scales and mins), 0x00
-		 * (the smallest; q3_k's scale -32) or 0x80 (q8_0 and q6_k's
-		 * -128) */
+		/* In three rows of four one block of extremes: every byte but
+		 * the f16 scales 0xFF (the largest quants, scales and mins),
+		 * 0x00 (the smallest; q3_k's scale -32) or 0x80 (q8_0's and
+		 * q6_k's -128) */
 		for (unsigned o = 0; o < OUT; o++) {
 			uint8_t *bl = q + o * rb + o % (n / t->blk) * t->size;
 
-			for (unsigned i = 0; i < t->size; i++)
+			for (unsigned i = 0; i < t->size && o % 4; i++)
 				if (!f16_byte(type, i))
-					bl[i] = (uint8_t[]){ 0xFF, 0x00, 0x80 }[o % 3];
+					bl[i] = (uint8_t[]){ 0xFF, 0x00, 0x80 }[o % 4 - 1];
 		}
 		kvt_dequant_ref(type, wd, q, (size_t)n * OUT / t->blk);
 		CHECK_EQ(kvt_xq_make(&xq, x, ROWS, n, blk), 0);
 		check_xq(&xq, x);
 
-		/* The kernel against the integer reference, every NW x R. */
+		/* The kernel against the integer reference, every NW x R, on
+		 * weight rows 0 and 1 (quantized; extremes), then 2 and 3. */
+		for (unsigned o0 = 0; o0 < 4; o0 += 2)
 		for (unsigned NW = 1; NW <= 2; NW++)
 			for (unsigned R = 1; R <= 4; R++) {
 				float out[8];
-				kvt_qdots(type)(q, rb, NW, &xq, 1, R, out);
+				kvt_qdots(type)(q + o0 * rb, rb, NW, &xq, 1, R, out);
 				for (unsigned o = 0; o < NW; o++)
 					for (unsigned r = 0; r < R; r++) {
-						double ref = kvt_qdot_ref(type, q + o * rb, &xq, 1 + r), mag = 0;
+						const uint8_t *wr = q + (o0 + o) * rb;
+						const float *wdr = wd + (size_t)(o0 + o) * n;
+						double ref = kvt_qdot_ref(type, wr, &xq, 1 + r), mag = 0;
 						for (unsigned i = 0; i < n; i++)
-							mag += fabs((double)wd[o * n + i] * x[(1 + r) * n + i]);
+							mag += fabs((double)wdr[i] * x[(1 + r) * n + i]);
 						/* (a row of zero scales: mag 0, and out exactly 0) */
 						double e = fabs(out[o * 4 + r] - ref);
 						worst_ref = fmax(worst_ref, e / (mag + 1e-30));
@@ -406,16 +409,36 @@ next:
 		free(x);
 		free(q);
 	}
-	printf("int8: every block type: %u kernel cases within %.1e of the integer reference; "
-	       "kvt_matmul at most %.2f of the bound x's rounding allows\n", kernels, worst_ref,
-	       worst_bound);
+	printf("int8 (%s): every block type: %u kernel cases within %.1e of the integer reference; "
+	       "kvt_matmul at most %.2f of the bound x's rounding allows\n",
+	       kvt_cpu_simd() == 2 ? "AVX-512" : "AVX2", kernels, worst_ref, worst_bound);
+}
+
+/* The AVX-512BW kernels where the cpu has them, then the AVX2 ones. */
+static void test_int8(struct kvt_pool *pool)
+{
+	for (unsigned k = 0; k < NTYPES; k++)
+		CHECK(kvt_xq_blk(all[k]) == kvt_qtype(all[k])->blk);
+	CHECK(kvt_xq_blk(KVT_W_F32) == 0 && kvt_xq_blk(KVT_W_F16) == 0 && kvt_xq_blk(KVT_W_BF16) == 0);
+	if (!kvt_cpu_simd()) {
+		printf("int8: no AVX2 here: f32 activations only\n");
+		CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
+		return;
+	}
+	for (int lvl = kvt_cpu_simd(); lvl >= 1; lvl--) {
+		kvt_cpu_set_simd_max(lvl);
+		for (unsigned k = 0; k < NTYPES; k++)
+			CHECK(kvt_qdots(all[k]) != NULL);
+		CHECK(kvt_qdots(KVT_W_F32) == NULL && kvt_qdots(KVT_W_F16) == NULL &&
+		      kvt_qdots(KVT_W_BF16) == NULL);
+		test_int8_level(pool);
+	}
+	kvt_cpu_set_simd_max(0);
+	CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
+	kvt_cpu_set_simd_max(2);
 	kvt_cpu_set_int8_dots(0);
 	CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
 	kvt_cpu_set_int8_dots(1);
-	for (unsigned k = 0; k < NTYPES; k++)
-		CHECK(kvt_qdots(all[k]) != NULL && kvt_xq_blk(all[k]) == kvt_qtype(all[k])->blk);
-	CHECK(kvt_qdots(KVT_W_F32) == NULL && kvt_qdots(KVT_W_F16) == NULL &&
-	      kvt_qdots(KVT_W_BF16) == NULL && kvt_xq_blk(KVT_W_F16) == 0);
 }
 
 /* ---- speed ---- */

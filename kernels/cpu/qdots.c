@@ -44,6 +44,25 @@
 #define I8		__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define I8_INLINE	static inline __attribute__((always_inline, \
 			target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define I2		__attribute__((target("avx2,fma,f16c")))
+#define I2_INLINE	static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* vpmaddubsw and the masks on 512 bits: AVX-512BW (and VL), beyond
+ * kvt_cpu_simd()'s level 2. */
+static int have_bw(void)
+{
+	static int have = -1;
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+
+	if (h < 0) {
+		unsigned a, b, c, d;
+
+		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
+		    (b & bit_AVX512VL);
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
+	}
+	return h;
+}
 #endif
 
 static int int8_on = -1;	/* atomic; -1: not read from the environment yet */
@@ -125,7 +144,9 @@ I8 static float xq_block512(int8_t *q, const float *x, unsigned m)
 int kvt_xq_make(struct kvt_xq *xq, const float *x, unsigned rows, unsigned n, unsigned blk)
 {
 	const size_t nb = n / blk, ng = n / 16;
-	int simd = kvt_cpu_simd() >= 2 && kvt_qdots(blk == 32 ? KVT_W_Q8_0 : KVT_W_Q4_K);
+#ifdef KVT_X86
+	const int simd = kvt_cpu_simd() >= 2 && have_bw();
+#endif
 
 	memset(xq, 0, sizeof(*xq));
 	if ((blk != 32 && blk != 256) || n % blk)
@@ -306,7 +327,7 @@ float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsig
 
 #ifdef KVT_X86
 /* A block's f16 scale through F16C (the same value as h2f). */
-I8_INLINE float hscale(const uint8_t *p)
+I2_INLINE float hscale(const uint8_t *p)
 {
 	uint16_t h;
 
@@ -319,7 +340,7 @@ I8_INLINE float hscale(const uint8_t *p)
  * hardware prefetchers, following 2 streams of short rows, do not. */
 #define PF_ROWS	2
 
-I8_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
+I2_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
 {
 	for (unsigned o = 0; o < bytes; o += 64)
 		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
@@ -341,7 +362,7 @@ I8_INLINE __m512i cat256(__m256i lo, __m256i hi)
 
 /* q4_k's 12 bytes of 6-bit scales and mins as 16 bytes, the 8 scales then
  * the 8 mins (ggml's unpacking, four bytes at a time). */
-I8_INLINE __m128i q4k_scales(const uint8_t *p)
+I2_INLINE __m128i q4k_scales(const uint8_t *p)
 {
 	uint32_t u[4], aux;
 
@@ -654,39 +675,261 @@ DEF_QDOTS(qdots_q4k, qk32_i8(w, wst, xq, r0, NN, RR, out, 0))
 DEF_QDOTS(qdots_q5k, qk32_i8(w, wst, xq, r0, NN, RR, out, 1))
 DEF_QDOTS(qdots_q6k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
 
-static int have_bw(void)
+/* ---- AVX2 ---- */
+
+I2_INLINE float hsum256(__m256 v)
 {
-	static int have = -1;
-	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 
-	if (h < 0) {
-		unsigned a, b, c, d;
-
-		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
-		    (b & bit_AVX512VL);
-		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
-	}
-	return h;
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+
+/* The same sums a vector of 32 values at a time (vpmaddubsw and vpmaddwd
+ * are AVX2's too), and the signs onto x by vpsignb. One accumulator per
+ * pair of rows, the mins and offsets subtracted into it: AVX2 has 16
+ * registers, not 32. */
+
+/* 32 bytes, 0xFF where bit i of m is set. */
+I2_INLINE __m256i bits_to_bytes(uint32_t m)
+{
+	const __m256i at = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+					      0x0303030303030303ll);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	__m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), at);	/* byte i / 8 of m */
+
+	return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+/* The blocks of 32, one a vector: as qb32_i8. */
+I2_INLINE void qb32_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+			 unsigned NW, unsigned R, float *out, uint32_t type)
+{
+	const int mins = type == KVT_W_Q4_1 || type == KVT_W_Q5_1;
+	const int five = type == KVT_W_Q5_0 || type == KVT_W_Q5_1;
+	const unsigned n = xq->n, nb = n / 32, qs = 2 + 2 * mins + 4 * five;
+	const unsigned bs = type == KVT_W_Q8_0 ? 34 : qs + 16;
+	const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi16(1);
+	__m256 acc[2][4];
+	float macc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++) {
+			acc[k][r] = _mm256_setzero_ps();
+			macc[k][r] = 0;
+		}
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *b0 = w0 + k * wst + (size_t)b * bs;
+			const float d = hscale(b0);
+			__m256i v;
+
+			if (type == KVT_W_Q8_0) {
+				v = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+			} else {
+				__m128i q = _mm_loadu_si128((const __m128i *)(b0 + qs));
+
+				v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+				if (five) {
+					uint32_t h;
+
+					memcpy(&h, b0 + qs - 4, sizeof(h));
+					v = _mm256_or_si256(v, _mm256_and_si256(bits_to_bytes(h),
+										_mm256_set1_epi8(16)));
+				}
+				if (!mins)
+					v = _mm256_sub_epi8(v, _mm256_set1_epi8(five ? 16 : 8));
+			}
+			const __m256i av = mins ? v : _mm256_sign_epi8(v, v);
+
+			prefetch_ahead(b0 + PF_ROWS * NW * wst, bs);
+			for (unsigned r = 0; r < R; r++) {
+				const __m256i x = _mm256_loadu_si256((const __m256i *)XQ(xq, r0 + r, (size_t)b * 32));
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(av,
+						mins ? x : _mm256_sign_epi8(x, v)), one);
+
+				acc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx),
+							    acc[k][r]);
+				if (mins) {
+					const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + 2 * b;
+
+					macc[k][r] += hscale(b0 + 2) * dx * (float)(xs[0] + xs[1]);
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum256(acc[k][r]) + macc[k][r];
+}
+
+/* The K-quants, 8 vectors of 32 values a super-block: q4_k and q5_k
+ * with one scale each, q2_k, q3_k and q6_k with two (16 values each);
+ * what multiplies the sums of x over each 16, and its scale, as in
+ * qk32_i8 and qk16_i8. */
+I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		       unsigned NW, unsigned R, float *out, uint32_t type)
+{
+	const unsigned n = xq->n, nb = n / 256;
+	const unsigned bs = type == KVT_W_Q2_K ? 84 : type == KVT_W_Q3_K ? 110 :
+			    type == KVT_W_Q4_K ? 144 : type == KVT_W_Q5_K ? 176 : 210;
+	const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F);
+	const __m256i m30 = _mm256_set1_epi8(0x30), bit0 = _mm256_set1_epi8(1);
+	/* scales 2j and 2j + 1 (of 16), each over 8 int16 lanes */
+	const __m128i two = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	/* q4_k, q5_k: each min twice, against the sums of x over each 16 */
+	const __m128i patm = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+	__m256 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
+			__m256i v[8], s[8], of;
+			float d, dof;
+
+			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			if (type == KVT_W_Q4_K || type == KVT_W_Q5_K) {
+				const int five = type == KVT_W_Q5_K;
+				const __m128i sm = q4k_scales(blk + 4);
+				const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+
+				d = hscale(blk);
+				dof = hscale(blk + 2);
+				of = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, patm));
+				for (unsigned j = 0; j < 8; j++) {
+					__m256i q = _mm256_loadu_si256((const __m256i *)
+								       (blk + (five ? 48 : 16) + 32 * (j / 2)));
+
+					v[j] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
+					if (five)	/* bit j of qh */
+						v[j] = _mm256_or_si256(v[j], _mm256_slli_epi16(_mm256_and_si256(
+							_mm256_srli_epi16(qh, (int)j), bit0), 4));
+					s[j] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, _mm_set1_epi8((char)j)));
+				}
+			} else {
+				__m128i sc;	/* the 16 scales, int8 */
+
+				if (type == KVT_W_Q6_K) {	/* ql[128], qh[64], scales[16], d */
+					sc = _mm_loadu_si128((const __m128i *)(blk + 192));
+					of = _mm256_cvtepi8_epi16(sc);
+					d = hscale(blk + 208);
+					dof = 32 * d;
+					for (unsigned j = 0; j < 8; j++) {
+						/* half c, part p: ql from 32 (p & 1), high nibbles
+						 * for p >= 2; qh's bits 2p and 2p + 1 */
+						const unsigned c = j / 4, p = j % 4;
+						__m256i ql = _mm256_loadu_si256((const __m256i *)
+										(blk + 64 * c + 32 * (p & 1)));
+						__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+						__m256i hi = p == 0 ? _mm256_slli_epi16(qh, 4) :
+							     p == 1 ? _mm256_slli_epi16(qh, 2) :
+							     p == 2 ? qh : _mm256_srli_epi16(qh, 2);
+
+						v[j] = _mm256_or_si256(_mm256_and_si256(p >= 2 ?
+								_mm256_srli_epi16(ql, 4) : ql, m4),
+								_mm256_and_si256(hi, m30));
+					}
+				} else {
+					const unsigned qs = type == KVT_W_Q2_K ? 16 : 32;
+
+					if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
+						const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
+
+						sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+						of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
+											_mm_set1_epi8(0x0F)));
+						d = hscale(blk + 80);
+						dof = hscale(blk + 82);
+					} else {		/* hmask[32], qs[64], scales[12], d */
+						int8_t u[16];
+
+						kvt_q3k_scales(u, blk + 96);
+						sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)u),
+								  _mm_set1_epi8(32));
+						of = _mm256_cvtepi8_epi16(sc);
+						d = hscale(blk + 108);
+						dof = 4 * d;
+					}
+					/* half c, shift 2p; q3_k's high bit: bit j of hmask */
+					const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+
+					for (unsigned j = 0; j < 8; j++) {
+						__m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * (j / 4)));
+
+						v[j] = _mm256_and_si256(_mm256_srli_epi16(q, (int)(2 * (j % 4))), m3);
+						if (type == KVT_W_Q3_K)
+							v[j] = _mm256_or_si256(v[j], _mm256_slli_epi16(
+								_mm256_and_si256(_mm256_srli_epi16(hm, (int)j), bit0), 2));
+					}
+				}
+				for (unsigned j = 0; j < 8; j++)
+					s[j] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc,
+							_mm_add_epi8(two, _mm_set1_epi8((char)(2 * j)))));
+			}
+			for (unsigned r = 0; r < R; r++) {
+				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
+				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m256i ia = _mm256_setzero_si256();
+				__m256i io = _mm256_madd_epi16(of, _mm256_loadu_si256((const __m256i *)xs));
+
+				for (unsigned j = 0; j < 8; j++)
+					ia = _mm256_add_epi32(ia, _mm256_madd_epi16(_mm256_maddubs_epi16(v[j],
+						_mm256_loadu_si256((const __m256i *)(x + 32 * j))), s[j]));
+				acc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_set1_ps(d * dx),
+							    acc[k][r]);
+				acc[k][r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(io), _mm256_set1_ps(dof * dx),
+							     acc[k][r]);
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum256(acc[k][r]);
+}
+
+#define DEF_QDOTS2(name, body...)						\
+I2 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
+		    unsigned r0, unsigned R, float *out)				\
+{										\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
+}
+
+DEF_QDOTS2(qdots2_q40, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_0))
+DEF_QDOTS2(qdots2_q41, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_1))
+DEF_QDOTS2(qdots2_q50, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_0))
+DEF_QDOTS2(qdots2_q51, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_1))
+DEF_QDOTS2(qdots2_q80, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q8_0))
+DEF_QDOTS2(qdots2_q2k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q2_K))
+DEF_QDOTS2(qdots2_q3k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q3_K))
+DEF_QDOTS2(qdots2_q4k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_K))
+DEF_QDOTS2(qdots2_q5k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_K))
+DEF_QDOTS2(qdots2_q6k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
+
 #endif
 
 kvt_qdots_fn kvt_qdots(uint32_t wtype)
 {
 #ifdef KVT_X86
-	if (kvt_cpu_simd() < 2 || !have_bw() || !kvt_cpu_int8_dots())
+	static const struct {
+		uint32_t type;
+		kvt_qdots_fn avx512, avx2;
+	} fns[] = {
+		{ KVT_W_Q4_0, qdots_q40, qdots2_q40 }, { KVT_W_Q4_1, qdots_q41, qdots2_q41 },
+		{ KVT_W_Q5_0, qdots_q50, qdots2_q50 }, { KVT_W_Q5_1, qdots_q51, qdots2_q51 },
+		{ KVT_W_Q8_0, qdots_q80, qdots2_q80 }, { KVT_W_Q2_K, qdots_q2k, qdots2_q2k },
+		{ KVT_W_Q3_K, qdots_q3k, qdots2_q3k }, { KVT_W_Q4_K, qdots_q4k, qdots2_q4k },
+		{ KVT_W_Q5_K, qdots_q5k, qdots2_q5k }, { KVT_W_Q6_K, qdots_q6k, qdots2_q6k },
+	};
+	const int simd = kvt_cpu_simd();
+
+	if (!simd || !kvt_cpu_int8_dots())
 		return NULL;
-	switch (wtype) {
-	case KVT_W_Q4_0: return qdots_q40;
-	case KVT_W_Q4_1: return qdots_q41;
-	case KVT_W_Q5_0: return qdots_q50;
-	case KVT_W_Q5_1: return qdots_q51;
-	case KVT_W_Q8_0: return qdots_q80;
-	case KVT_W_Q2_K: return qdots_q2k;
-	case KVT_W_Q3_K: return qdots_q3k;
-	case KVT_W_Q4_K: return qdots_q4k;
-	case KVT_W_Q5_K: return qdots_q5k;
-	case KVT_W_Q6_K: return qdots_q6k;
-	}
+	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		if (fns[i].type == wtype)
+			return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
 #else
 	(void)wtype;
 #endif
