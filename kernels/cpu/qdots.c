@@ -18,13 +18,15 @@
  *
  * with q the stored quants (0..15 for q4_0, q4_1 and q4_k; 0..31 for
  * q5_0, q5_1 and q5_k; -128..127 for q8_0; 0..3 for q2_k; 0..7 for q3_k,
- * its high bit set where the mask's is; 0..63 for q6_k) and the sums of xq
- * over 16 values precomputed (kvt_xq.s). Every sum over a block is an
- * exact integer: vpmaddubsw multiplies the unsigned quants by x's signed
- * bytes and adds pairs into int16 (at most 2 * 63 * 127, or 2 * 128 * 127
- * for q8_0, whose sign moves onto x as q4_0's and q5_0's do), and
- * vpmaddwd adds pairs of those into int32, times the sub-block scales
- * where the type has them (q3_k's and q6_k's signed).
+ * its high bit set where the mask's is; 0..63 for q6_k), q3_k's sc_g its
+ * 6-bit scales less 32, and the sums of xq over 16 values precomputed
+ * (kvt_xq.s). Every sum over a block is an exact integer: vpmaddubsw
+ * multiplies the unsigned quants by x's signed bytes and adds pairs into
+ * int16 (at most 2 * 63 * 127, or 2 * 128 * 127 for q8_0, whose sign moves
+ * onto x as q4_0's and q5_0's do), and vpmaddwd adds pairs of those into
+ * int32, times the sub-block scales where the type has them (q3_k's and
+ * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
+ * ones 32.
  */
 #include <errno.h>
 #include <math.h>
@@ -721,7 +723,7 @@ I2_INLINE void qb32_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq,
 	for (unsigned b = 0; b < nb; b++)
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *b0 = w0 + k * wst + (size_t)b * bs;
-			const float d = hscale(b0);
+			const float d = hscale(b0), m = mins ? hscale(b0 + 2) : 0;
 			__m256i v;
 
 			if (type == KVT_W_Q8_0) {
@@ -754,7 +756,7 @@ I2_INLINE void qb32_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq,
 				if (mins) {
 					const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + 2 * b;
 
-					macc[k][r] += hscale(b0 + 2) * dx * (float)(xs[0] + xs[1]);
+					macc[k][r] += m * dx * (float)(xs[0] + xs[1]);
 				}
 			}
 		}
