@@ -377,6 +377,21 @@ I2_INLINE __m128i q4k_scales(const uint8_t *p)
 	return _mm_loadu_si128((const __m128i *)u);
 }
 
+/* q3_k's 16 scales less 32 (kvt_q3k_scales' unpacking), formed in a
+ * register rather than stored and read back. */
+I2_INLINE __m128i q3k_scales(const uint8_t *p)
+{
+	const uint32_t m1 = 0x03030303, m2 = 0x0f0f0f0f;
+	uint32_t a[3];
+
+	memcpy(a, p, 12);
+	return _mm_sub_epi8(_mm_setr_epi32((int)((a[0] & m2) | (a[2] & m1) << 4),
+					   (int)((a[1] & m2) | (a[2] >> 2 & m1) << 4),
+					   (int)((a[0] >> 4 & m2) | (a[2] >> 4 & m1) << 4),
+					   (int)((a[1] >> 4 & m2) | (a[2] >> 6 & m1) << 4)),
+			    _mm_set1_epi8(32));
+}
+
 /* Bit 2t of each byte in the low 256 bits, bit 2t + 1 in the high: which
  * bit of q5_k's qh[32] (of q3_k's hmask[32]), loaded twice, is the high
  * bit of the 64 values of v[t] below. */
@@ -515,10 +530,7 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 					d = hscale(blk + 80);
 					dof = hscale(blk + 82);
 				} else {		/* hmask[32], qs[64], scales[12], d */
-					int8_t u[16];
-
-					kvt_q3k_scales(u, blk + 96);
-					sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)u), _mm_set1_epi8(32));
+					sc = q3k_scales(blk + 96);
 					of = _mm256_cvtepi8_epi16(sc);
 					d = hscale(blk + 108);
 					dof = 4 * d;
@@ -846,11 +858,7 @@ I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 						d = hscale(blk + 80);
 						dof = hscale(blk + 82);
 					} else {		/* hmask[32], qs[64], scales[12], d */
-						int8_t u[16];
-
-						kvt_q3k_scales(u, blk + 96);
-						sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)u),
-								  _mm_set1_epi8(32));
+						sc = q3k_scales(blk + 96);
 						of = _mm256_cvtepi8_epi16(sc);
 						d = hscale(blk + 108);
 						dof = 4 * d;
