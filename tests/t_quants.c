@@ -11,9 +11,10 @@
  *              without, and the sgemm path) against a double product over
  *              the reference's values, with f32 activations;
  *   int8       x rounded to 8 bits (qdots.h): the rounding as written,
- *              the AVX-512BW kernels of q4_0, q8_0, q4_k and q6_k against
- *              the integer reference, and kvt_matmul against the exact
- *              product within the bound the rounding of x allows;
+ *              the AVX-512BW and the AVX2 kernels of every block type
+ *              against the integer reference (extreme quants and scales, and x at
+ *              +-127, too), and kvt_matmul against the exact product
+ *              within the bound the rounding of x allows;
  *   speed      (a figure, not a check) one row against 4096 x 4096
  *              weights of each type, in G values/s, with f32 activations
  *              and, for the types that have them, integer dots;
@@ -166,6 +167,19 @@ static void test_roundtrip(void)
 
 /* ---- simd ---- */
 
+/* Whether byte o of a block of type is part of one of its f16 scales. */
+static int f16_byte(uint32_t type, unsigned o)
+{
+	switch (type) {
+	case KVT_W_Q4_1: case KVT_W_Q5_1: return o < 4;
+	case KVT_W_Q2_K: return o >= 80;
+	case KVT_W_Q3_K: return o >= 108;
+	case KVT_W_Q4_K: case KVT_W_Q5_K: return o < 4;
+	case KVT_W_Q6_K: return o >= 208;
+	}
+	return o < 2;
+}
+
 static void test_simd(void)
 {
 	enum { NB = 64 };
@@ -190,19 +204,9 @@ static void test_simd(void)
 				for (unsigned i = 0; i < NB * t->size; i++)
 					q[i] = (uint8_t)(frand() * 128 + 128);
 				for (unsigned bl = 0; bl < NB; bl++)
-					for (unsigned o = 0; o < t->size; o++) {
-						int scale = 0;
-						switch (all[k]) {
-						case KVT_W_Q4_1: case KVT_W_Q5_1: scale = o < 4; break;
-						case KVT_W_Q2_K: scale = o >= 80; break;
-						case KVT_W_Q3_K: scale = o >= 108; break;
-						case KVT_W_Q4_K: case KVT_W_Q5_K: scale = o < 4; break;
-						case KVT_W_Q6_K: scale = o >= 208; break;
-						default: scale = o < 2;
-						}
-						if (scale && (o & 1))	/* high byte: exponent < 31 */
+					for (unsigned o = 0; o < t->size; o++)
+						if (f16_byte(all[k], o) && (o & 1))	/* high byte: exponent < 31 */
 							q[bl * t->size + o] &= 0xBF;
-					}
 			}
 			kvt_dequant_ref(all[k], a, q, NB);
 			for (int lvl = 0; lvl <= kvt_cpu_simd(); lvl++) {	/* AVX2, AVX-512 */
@@ -280,8 +284,6 @@ static void test_matmul(struct kvt_pool *pool)
 
 /* ---- int8 ---- */
 
-static const uint32_t int8_types[] = { KVT_W_Q4_0, KVT_W_Q8_0, KVT_W_Q4_K, KVT_W_Q6_K };
-
 /* Rounding x: per block d = max |x| / 127 and q = x / d to nearest even,
  * written out again here; the sums of q over each 16. */
 static void check_xq(const struct kvt_xq *xq, const float *x)
@@ -309,20 +311,17 @@ static void check_xq(const struct kvt_xq *xq, const float *x)
 		}
 }
 
-static void test_int8(struct kvt_pool *pool)
+/* Every type's kernel at the current simd level. */
+static void test_int8_level(struct kvt_pool *pool)
 {
 	enum { ROWS = 6, OUT = 37 };
 	static const unsigned n_ins[] = { 256, 544, 1024 };	/* 544: 17 blocks of 32 */
 	unsigned kernels = 0;
 	double worst_ref = 0, worst_bound = 0;
 
-	if (!kvt_qdots(KVT_W_Q4_K)) {
-		printf("int8: no AVX-512BW here (or turned off): f32 activations only\n");
-		return;
-	}
 	for (unsigned ni = 0; ni < 3; ni++)
-	for (unsigned k = 0; k < 4; k++) {
-		const uint32_t type = int8_types[k];
+	for (unsigned k = 0; k < NTYPES; k++) {
+		const uint32_t type = all[k];
 		const struct kvt_qtype *t = kvt_qtype(type);
 		const unsigned n = n_ins[ni], blk = kvt_xq_blk(type);
 		size_t rb = kvt_mat_row_bytes(type, n);
@@ -335,32 +334,52 @@ static void test_int8(struct kvt_pool *pool)
 		if (n % t->blk)
 			goto next;
 		CHECK(w && wd && x && q);
+		/* each 16 of its own range, each 32 about its own centre:
+		 * sub-block scales and mins that differ */
 		for (unsigned i = 0; i < n * OUT; i++)
-			w[i] = frand() * 0.1f;
-		/* x with an outlier now and then, as activations have */
+			w[i] = frand() * 0.02f * (float)(1 + i / 16 % 5) + 0.03f * (float)(i / 32 % 3) - 0.03f;
+		/* x with an outlier now and then, as activations have; row 3
+		 * at +-127 throughout, in runs of 3 of one sign, so that
+		 * vpmaddubsw's pairs reach their largest sums */
 		for (unsigned i = 0; i < n * ROWS; i++)
-			x[i] = frand() * (i % 97 == 5 ? 20 : 1);
+			x[i] = i / n == 3 ? (i / 3 % 2 ? -0.75f : 0.75f) : frand() * (i % 97 == 5 ? 20 : 1);
 		CHECK_EQ(kvt_quantize(type, q, w, (size_t)n * OUT), 0);
 		if (ni == 1 && type == KVT_W_Q8_0)	/* -128 too, whose sign goes onto x */
 			for (unsigned o = 0; o < OUT; o++)
 				q[o * rb + 2 + 3] = 0x80;
+		/* In three rows of four one block of extremes: every byte but
+		 * the f16 scales 0xFF (the largest quants, scales and mins),
+		 * 0x00 (the smallest; q3_k's scale -32) or 0x80 (q8_0's and
+		 * q6_k's -128) */
+		for (unsigned o = 0; o < OUT; o++) {
+			uint8_t *bl = q + o * rb + o % (n / t->blk) * t->size;
+
+			for (unsigned i = 0; i < t->size && o % 4; i++)
+				if (!f16_byte(type, i))
+					bl[i] = (uint8_t[]){ 0xFF, 0x00, 0x80 }[o % 4 - 1];
+		}
 		kvt_dequant_ref(type, wd, q, (size_t)n * OUT / t->blk);
 		CHECK_EQ(kvt_xq_make(&xq, x, ROWS, n, blk), 0);
 		check_xq(&xq, x);
 
-		/* The kernel against the integer reference, every NW x R. */
+		/* The kernel against the integer reference, every NW x R, on
+		 * weight rows 0 and 1 (quantized; extremes), then 2 and 3. */
+		for (unsigned o0 = 0; o0 < 4; o0 += 2)
 		for (unsigned NW = 1; NW <= 2; NW++)
 			for (unsigned R = 1; R <= 4; R++) {
 				float out[8];
-				kvt_qdots(type)(q, rb, NW, &xq, 1, R, out);
+				kvt_qdots(type)(q + o0 * rb, rb, NW, &xq, 1, R, out);
 				for (unsigned o = 0; o < NW; o++)
 					for (unsigned r = 0; r < R; r++) {
-						double ref = kvt_qdot_ref(type, q + o * rb, &xq, 1 + r), mag = 0;
+						const uint8_t *wr = q + (o0 + o) * rb;
+						const float *wdr = wd + (size_t)(o0 + o) * n;
+						double ref = kvt_qdot_ref(type, wr, &xq, 1 + r), mag = 0;
 						for (unsigned i = 0; i < n; i++)
-							mag += fabs((double)wd[o * n + i] * x[(1 + r) * n + i]);
-						double e = fabs(out[o * 4 + r] - ref) / mag;
-						worst_ref = e > worst_ref ? e : worst_ref;
-						CHECK(e < 1e-5);
+							mag += fabs((double)wdr[i] * x[(1 + r) * n + i]);
+						/* (a row of zero scales: mag 0, and out exactly 0) */
+						double e = fabs(out[o * 4 + r] - ref);
+						worst_ref = fmax(worst_ref, e / (mag + 1e-30));
+						CHECK(e <= 1e-5 * mag);
 					}
 				kernels++;
 			}
@@ -390,13 +409,43 @@ next:
 		free(x);
 		free(q);
 	}
-	printf("int8: q4_0, q8_0, q4_k, q6_k: %u kernel cases within %.1e of the integer reference; "
-	       "kvt_matmul at most %.2f of the bound x's rounding allows\n", kernels, worst_ref,
-	       worst_bound);
+	printf("int8 (%s kernels): every block type: %u kernel cases within %.1e of the integer reference; "
+	       "kvt_matmul at most %.2f of the bound x's rounding allows\n",
+	       kvt_cpu_simd() == 2 ? "AVX-512BW" : "AVX2", kernels, worst_ref, worst_bound);
+}
+
+/* The AVX-512BW kernels where the cpu has them, then the AVX2 ones. */
+static void test_int8(struct kvt_pool *pool)
+{
+	for (unsigned k = 0; k < NTYPES; k++)
+		CHECK(kvt_xq_blk(all[k]) == kvt_qtype(all[k])->blk);
+	CHECK(kvt_xq_blk(KVT_W_F32) == 0 && kvt_xq_blk(KVT_W_F16) == 0 && kvt_xq_blk(KVT_W_BF16) == 0);
+	if (!kvt_cpu_simd()) {
+		printf("int8: no AVX2 here: f32 activations only\n");
+		CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
+		return;
+	}
+	for (int lvl = kvt_cpu_simd(); lvl >= 1; lvl--) {
+		kvt_cpu_set_simd_max(1);
+		kvt_qdots_fn avx2 = kvt_qdots(KVT_W_Q4_K);
+
+		kvt_cpu_set_simd_max(lvl);
+		if (lvl == 2 && kvt_qdots(KVT_W_Q4_K) == avx2) {
+			printf("int8: AVX-512 but not AVX-512BW here: the AVX2 kernels alone\n");
+			continue;
+		}
+		for (unsigned k = 0; k < NTYPES; k++)
+			CHECK(kvt_qdots(all[k]) != NULL);
+		CHECK(kvt_qdots(KVT_W_F32) == NULL && kvt_qdots(KVT_W_F16) == NULL &&
+		      kvt_qdots(KVT_W_BF16) == NULL);
+		test_int8_level(pool);
+	}
+	kvt_cpu_set_simd_max(0);
+	CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
+	kvt_cpu_set_simd_max(2);
 	kvt_cpu_set_int8_dots(0);
 	CHECK(kvt_qdots(KVT_W_Q4_K) == NULL);
 	kvt_cpu_set_int8_dots(1);
-	CHECK(kvt_qdots(KVT_W_Q4_1) == NULL && kvt_qdots(KVT_W_F16) == NULL);
 }
 
 /* ---- speed ---- */

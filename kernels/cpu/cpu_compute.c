@@ -83,7 +83,7 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 	const char *want = kvt_blas_core_wanted(), *was = getenv("KVT_BLAS_CHOSE");
 	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; %s; GEMM: OpenBLAS %s",
 			 simd[kvt_cpu_simd()], ((struct cpu_cx *)ctx)->nthreads,
-			 kvt_qdots(KVT_W_Q4_K) ? "int8 dots for q4_0, q8_0, q4_k, q6_k" :
+			 kvt_qdots(KVT_W_Q4_K) ? "int8 dots for the block types" :
 			 "f32 activations", kvt_blas_core());
 
 	if (n < 0 || (size_t)n >= len)

@@ -56,12 +56,13 @@ void kvt_pool_run(struct kvt_pool *pool, void (*fn)(void *arg, unsigned task, un
  * sets OpenBLAS to one thread, process-wide: the pool supplies the
  * parallelism, which measured faster on 2 cores than OpenBLAS's own
  * threads, and OpenBLAS's idle threads no longer spin against the pool's.
- * Q4_0, Q8_0, Q4_K and Q6_K weights take integer dot products on x
- * rounded to 8 bits where the cpu has AVX-512BW (qdots.h; off with
- * kvt_cpu_set_int8_dots or KVT_EXACT_DOTS=1), as llama.cpp does; q4_k,
- * q6_k and q4_0 otherwise have fused f32 kernels, and the other block
- * types take the dot products through their AVX2 dequantizer a block at
- * a time (quants.h), or the reference where they have none. Returns 0, -EINVAL (a type not listed above, an n_in not a
+ * Block-quantized weights take integer dot products on x rounded to 8
+ * bits where the cpu has AVX2 (AVX-512BW kernels where it has those;
+ * qdots.h; off with kvt_cpu_set_int8_dots or KVT_EXACT_DOTS=1), as
+ * llama.cpp does; with them off, q4_k, q6_k and q4_0 have fused f32
+ * kernels, and the other block types take the dot products through their
+ * AVX2 dequantizer a block at a time (quants.h), or the reference where
+ * they have none. Returns 0, -EINVAL (a type not listed above, an n_in not a
  * whole number of the type's blocks) or -ENOMEM (scratch). */
 int  kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		const struct kvt_mat *w);

@@ -3,20 +3,30 @@
  * Integer dot products on 8-bit activations (qdots.h).
  *
  * The arithmetic, for a weight block with scale dw against x's block with
- * scale dx (q4_k and q6_k: x's block of 256 holds the weight's whole
+ * scale dx (the K-quants: x's block of 256 holds the weight's whole
  * super-block):
  *
  *   q4_0  dw dx sum (q - 8) xq          = dw dx (sum q xq - 8 sum xq)
+ *   q5_0  dw dx sum (q - 16) xq
  *   q8_0  dw dx sum q xq
+ *   q4_1  dw dx sum q xq  +  m dx sum xq                  (q5_1 alike)
+ *   q2_k  d dx sum_g sc_g sum q xq  -  dmin dx sum_g mn_g sum xq   (g: 16 x 16)
+ *   q3_k  d dx sum_g sc_g (sum q xq - 4 sum xq)                    (g: 16 x 16)
  *   q4_k  d dx sum_j sc_j sum q xq  -  dmin dx sum_j mn_j sum xq   (j: 8 x 32)
- *   q6_k  d dx sum_g sc_g (sum q xq - 32 sum xq)                    (g: 16 x 16)
+ *   q5_k  as q4_k
+ *   q6_k  d dx sum_g sc_g (sum q xq - 32 sum xq)                   (g: 16 x 16)
  *
- * with q the stored quants (0..15, -128..127, 0..15, 0..63) and the sums
- * of xq over 16 values precomputed (kvt_xq.s). Every sum over a block is an
- * exact integer: vpmaddubsw multiplies the unsigned quants by x's signed
- * bytes and adds pairs into int16 (at most 2 * 63 * 127, or 2 * 128 * 127
- * for q8_0, whose sign moves onto x), and vpmaddwd adds pairs of those
- * into int32, times the sub-block scales where the type has them.
+ * with q the stored quants (0..15 for q4_0, q4_1 and q4_k; 0..31 for
+ * q5_0, q5_1 and q5_k; -128..127 for q8_0; 0..3 for q2_k; 0..7 for q3_k,
+ * its high bit set where the mask's is; 0..63 for q6_k), q3_k's sc_g its
+ * 6-bit scales less 32, and the sums of xq over 16 values precomputed
+ * (kvt_xq.s). Every sum over a block is an exact integer: vpmaddubsw
+ * multiplies the unsigned quants by x's signed bytes and adds pairs into
+ * int16 (at most 2 * 63 * 127, or 2 * 128 * 127 for q8_0, whose sign moves
+ * onto x as q4_0's and q5_0's do), and vpmaddwd adds pairs of those into
+ * int32, times the sub-block scales where the type has them (q3_k's and
+ * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
+ * ones 32.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +46,25 @@
 #define I8		__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define I8_INLINE	static inline __attribute__((always_inline, \
 			target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define I2		__attribute__((target("avx2,fma,f16c")))
+#define I2_INLINE	static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* vpmaddubsw and the masks on 512 bits: AVX-512BW (and VL), beyond
+ * kvt_cpu_simd()'s level 2. */
+static int have_bw(void)
+{
+	static int have = -1;
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+
+	if (h < 0) {
+		unsigned a, b, c, d;
+
+		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
+		    (b & bit_AVX512VL);
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
+	}
+	return h;
+}
 #endif
 
 static int int8_on = -1;	/* atomic; -1: not read from the environment yet */
@@ -61,8 +90,10 @@ int kvt_cpu_int8_dots(void)
 unsigned kvt_xq_blk(uint32_t wtype)
 {
 	switch (wtype) {
-	case KVT_W_Q4_0: case KVT_W_Q8_0: return 32;
-	case KVT_W_Q4_K: case KVT_W_Q6_K: return 256;
+	case KVT_W_Q4_0: case KVT_W_Q4_1: case KVT_W_Q5_0: case KVT_W_Q5_1: case KVT_W_Q8_0:
+		return 32;
+	case KVT_W_Q2_K: case KVT_W_Q3_K: case KVT_W_Q4_K: case KVT_W_Q5_K: case KVT_W_Q6_K:
+		return 256;
 	default: return 0;
 	}
 }
@@ -115,7 +146,9 @@ I8 static float xq_block512(int8_t *q, const float *x, unsigned m)
 int kvt_xq_make(struct kvt_xq *xq, const float *x, unsigned rows, unsigned n, unsigned blk)
 {
 	const size_t nb = n / blk, ng = n / 16;
-	int simd = kvt_cpu_simd() >= 2 && kvt_qdots(blk == 32 ? KVT_W_Q8_0 : KVT_W_Q4_K);
+#ifdef KVT_X86
+	const int simd = kvt_cpu_simd() >= 2 && have_bw();
+#endif
 
 	memset(xq, 0, sizeof(*xq));
 	if ((blk != 32 && blk != 256) || n % blk)
@@ -172,15 +205,30 @@ float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsig
 	double acc = 0;
 
 	switch (wtype) {
-	case KVT_W_Q4_0:
-		for (unsigned k = 0; k < xq->n / 32; k++, b += 18, x += 32) {
+	case KVT_W_Q4_0: case KVT_W_Q4_1: case KVT_W_Q5_0: case KVT_W_Q5_1: {
+		const int mins = wtype == KVT_W_Q4_1 || wtype == KVT_W_Q5_1;
+		const int five = wtype == KVT_W_Q5_0 || wtype == KVT_W_Q5_1;
+		const unsigned size = kvt_qtype(wtype)->size, qs = 2 + 2 * mins + 4 * five;
+		const int zero = mins ? 0 : five ? 16 : 8;	/* the quant of 0 */
+
+		for (unsigned k = 0; k < xq->n / 32; k++, b += size, x += 32) {
+			const int xs = s[2 * k] + s[2 * k + 1];
+			uint32_t qh = 0;
 			int sum = 0;
-			for (unsigned i = 0; i < 16; i++)
-				sum += (b[2 + i] & 0xF) * x[i] + (b[2 + i] >> 4) * x[16 + i];
-			sum -= 8 * (s[2 * k] + s[2 * k + 1]);
-			acc += (double)(scale16(b) * dx[k]) * sum;
+
+			if (five)
+				memcpy(&qh, b + 2 + 2 * mins, sizeof(qh));
+			for (unsigned i = 0; i < 32; i++) {
+				int q = i < 16 ? b[qs + i] & 0xF : b[qs + i - 16] >> 4;
+
+				sum += (q | (qh >> i & 1) << 4) * x[i];
+			}
+			acc += (double)(scale16(b) * dx[k]) * (sum - zero * xs);
+			if (mins)
+				acc += (double)(scale16(b + 2) * dx[k]) * xs;
 		}
 		break;
+	}
 	case KVT_W_Q8_0:
 		for (unsigned k = 0; k < xq->n / 32; k++, b += 34, x += 32) {
 			int sum = 0;
@@ -189,17 +237,62 @@ float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsig
 			acc += (double)(scale16(b) * dx[k]) * sum;
 		}
 		break;
-	case KVT_W_Q4_K:
-		for (unsigned k = 0; k < xq->n / 256; k++, b += 144, x += 256, s += 16) {
+	case KVT_W_Q2_K:	/* sc[16], qs[64], d, dmin */
+		for (unsigned k = 0; k < xq->n / 256; k++, b += 84, x += 256, s += 16) {
+			int sum = 0, msum = 0;
+			for (unsigned g = 0; g < 16; g++) {
+				/* half c, shift 2j, 16 values from l of its 32 bytes */
+				unsigned c = g / 8, j = g % 8 / 2, l = 16 * (g % 2);
+				int dot = 0;
+
+				for (unsigned i = 0; i < 16; i++)
+					dot += (b[16 + 32 * c + l + i] >> 2 * j & 3) * x[16 * g + i];
+				sum += (b[g] & 0xF) * dot;
+				msum += (b[g] >> 4) * s[g];
+			}
+			acc += (double)(scale16(b + 80) * dx[k]) * sum -
+			       (double)(scale16(b + 82) * dx[k]) * msum;
+		}
+		break;
+	case KVT_W_Q3_K:	/* hmask[32], qs[64], scales[12], d */
+		for (unsigned k = 0; k < xq->n / 256; k++, b += 110, x += 256, s += 16) {
+			int8_t sc[16];
+			int sum = 0;
+
+			kvt_q3k_scales(sc, b + 96);
+			for (unsigned g = 0; g < 16; g++) {
+				unsigned c = g / 8, j = g % 8 / 2, l = 16 * (g % 2);
+				int dot = 0;
+
+				for (unsigned i = 0; i < 16; i++) {
+					int q = (b[32 + 32 * c + l + i] >> 2 * j & 3) |
+						(b[l + i] >> (4 * c + j) & 1) << 2;
+					dot += q * x[16 * g + i];
+				}
+				sum += (sc[g] - 32) * (dot - 4 * s[g]);
+			}
+			acc += (double)(scale16(b + 108) * dx[k]) * sum;
+		}
+		break;
+	case KVT_W_Q4_K: case KVT_W_Q5_K: {	/* d, dmin, scales[12], (qh[32],) qs[128] */
+		const int five = wtype == KVT_W_Q5_K;
+		const unsigned size = five ? 176 : 144, qs = five ? 48 : 16;
+
+		for (unsigned k = 0; k < xq->n / 256; k++, b += size, x += 256, s += 16) {
 			int sum = 0, msum = 0;
 			for (unsigned j = 0; j < 8; j++) {
-				const uint8_t *q = b + 16 + 32 * (j / 2);
+				const uint8_t *q = b + qs + 32 * (j / 2);
 				uint8_t sc, mn;
 				int dot = 0;
 
 				kvt_scale_min_k4((int)j, b + 4, &sc, &mn);
-				for (unsigned i = 0; i < 32; i++)
-					dot += (j & 1 ? q[i] >> 4 : q[i] & 0xF) * x[32 * j + i];
+				for (unsigned i = 0; i < 32; i++) {
+					int v = j & 1 ? q[i] >> 4 : q[i] & 0xF;
+
+					if (five)
+						v |= (b[16 + i] >> j & 1) << 4;
+					dot += v * x[32 * j + i];
+				}
 				sum += sc * dot;
 				msum += mn * (s[2 * j] + s[2 * j + 1]);
 			}
@@ -207,6 +300,7 @@ float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsig
 			       (double)(scale16(b + 2) * dx[k]) * msum;
 		}
 		break;
+	}
 	case KVT_W_Q6_K:
 		for (unsigned k = 0; k < xq->n / 256; k++, b += 210, x += 256, s += 16) {
 			const int8_t *sc = (const int8_t *)(b + 192);
@@ -235,7 +329,7 @@ float kvt_qdot_ref(uint32_t wtype, const void *w, const struct kvt_xq *xq, unsig
 
 #ifdef KVT_X86
 /* A block's f16 scale through F16C (the same value as h2f). */
-I8_INLINE float hscale(const uint8_t *p)
+I2_INLINE float hscale(const uint8_t *p)
 {
 	uint16_t h;
 
@@ -248,7 +342,7 @@ I8_INLINE float hscale(const uint8_t *p)
  * hardware prefetchers, following 2 streams of short rows, do not. */
 #define PF_ROWS	2
 
-I8_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
+I2_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
 {
 	for (unsigned o = 0; o < bytes; o += 64)
 		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
@@ -270,7 +364,7 @@ I8_INLINE __m512i cat256(__m256i lo, __m256i hi)
 
 /* q4_k's 12 bytes of 6-bit scales and mins as 16 bytes, the 8 scales then
  * the 8 mins (ggml's unpacking, four bytes at a time). */
-I8_INLINE __m128i q4k_scales(const uint8_t *p)
+I2_INLINE __m128i q4k_scales(const uint8_t *p)
 {
 	uint32_t u[4], aux;
 
@@ -283,11 +377,36 @@ I8_INLINE __m128i q4k_scales(const uint8_t *p)
 	return _mm_loadu_si128((const __m128i *)u);
 }
 
-I8_INLINE void q4k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-		      unsigned NW, unsigned R, float *out)
+/* q3_k's 16 scales less 32 (kvt_q3k_scales' unpacking), formed in a
+ * register rather than stored and read back. */
+I2_INLINE __m128i q3k_scales(const uint8_t *p)
 {
-	const unsigned n = xq->n, nb = n / 256;
+	const uint32_t m1 = 0x03030303, m2 = 0x0f0f0f0f;
+	uint32_t a[3];
+
+	memcpy(a, p, 12);
+	return _mm_sub_epi8(_mm_setr_epi32((int)((a[0] & m2) | (a[2] & m1) << 4),
+					   (int)((a[1] & m2) | (a[2] >> 2 & m1) << 4),
+					   (int)((a[0] >> 4 & m2) | (a[2] >> 4 & m1) << 4),
+					   (int)((a[1] >> 4 & m2) | (a[2] >> 6 & m1) << 4)),
+			    _mm_set1_epi8(32));
+}
+
+/* Bit 2t of each byte in the low 256 bits, bit 2t + 1 in the high: which
+ * bit of q5_k's qh[32] (of q3_k's hmask[32]), loaded twice, is the high
+ * bit of the 64 values of v[t] below. */
+I8_INLINE __m512i bits_pair(unsigned t)
+{
+	return cat256(_mm256_set1_epi8((char)(1 << 2 * t)), _mm256_set1_epi8((char)(2 << 2 * t)));
+}
+
+/* q4_k and q5_k: 8 sub-blocks of 32, each with a 6-bit scale and min. */
+I8_INLINE void qk32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		       unsigned NW, unsigned R, float *out, int five)
+{
+	const unsigned n = xq->n, nb = n / 256, bs = five ? 176 : 144, qs = five ? 48 : 16;
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m512i sixteen = _mm512_set1_epi8(16);
 	/* sub-block 2j's scale over 16 int16 lanes, then 2j + 1's */
 	const __m256i pat[4] = {
 		_mm256_setr_m128i(_mm_set1_epi8(0), _mm_set1_epi8(1)),
@@ -307,20 +426,25 @@ I8_INLINE void q4k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 		}
 	for (unsigned b = 0; b < nb; b++)
 		for (unsigned k = 0; k < NW; k++) {
-			const uint8_t *blk = w0 + k * wst + (size_t)b * 144;
+			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
 			const float d = hscale(blk), dmin = hscale(blk + 2);
 
-			prefetch_ahead(blk + PF_ROWS * NW * wst, 144);
+			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
 			const __m128i sm = q4k_scales(blk + 4);
 			const __m256i sm2 = _mm256_broadcastsi128_si256(sm);
 			const __m256i mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, patm));
+			const __m512i h = five ? _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const __m256i *)(blk + 16))) : _mm512_setzero_si512();
 			__m512i v[4], s[4];
 
 			for (unsigned j = 0; j < 4; j++) {
-				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * j));
+				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * j));
 
 				v[j] = cat256(_mm256_and_si256(q, m4),
 					      _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+				if (five)
+					v[j] = _mm512_mask_add_epi8(v[j], _mm512_test_epi8_mask(h, bits_pair(j)),
+								    v[j], sixteen);
 				s[j] = _mm512_cvtepu8_epi16(_mm256_shuffle_epi8(sm2, pat[j]));
 			}
 			for (unsigned r = 0; r < R; r++) {
@@ -345,15 +469,21 @@ I8_INLINE void q4k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 				_mm512_zextps256_ps512(macc[k][r])));
 }
 
-I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-		      unsigned NW, unsigned R, float *out)
+/* q2_k, q3_k and q6_k: 16 groups of 16 values, each with an integer scale
+ * sc, and a term in each group's sum of x: of times it, scaled by dof
+ * (q2_k: its 4-bit mins and dmin; q3_k: sc and 4 d; q6_k: sc and 32 d),
+ * subtracted. */
+I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		       unsigned NW, unsigned R, float *out, uint32_t type)
 {
 	const unsigned n = xq->n, nb = n / 256;
-	const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-	/* Each of a half's 8 scales over 8 int16 lanes (16 values). */
+	const unsigned bs = type == KVT_W_Q2_K ? 84 : type == KVT_W_Q3_K ? 110 : 210;
+	const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
+	const __m512i m30 = _mm512_set1_epi8(0x30), four = _mm512_set1_epi8(4);
+	/* scales 4t .. 4t + 3 (of 16, in each 128-bit lane), each over 8
+	 * int16 lanes: 16 values */
 	const __m256i lo4 = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
 					     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-	const __m256i hi4 = _mm256_add_epi8(lo4, _mm256_set1_epi8(4));
 	__m512 acc[2][4];
 	__m256 oacc[2][4];
 
@@ -364,43 +494,82 @@ I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 		}
 	for (unsigned b = 0; b < nb; b++)
 		for (unsigned k = 0; k < NW; k++) {
-			const uint8_t *blk = w0 + k * wst + (size_t)b * 210;
-			const int8_t *sc = (const int8_t *)(blk + 192);
-
-			prefetch_ahead(blk + PF_ROWS * NW * wst, 210);
-			const float d = hscale(blk + 208);
-			/* the 16 scales, against the sums of x over each 16 */
-			const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
 			__m512i v[4], s[4];
+			__m128i sc;		/* the 16 scales, int8 */
+			__m256i of;		/* and what multiplies the sums of x, int16 */
+			float d, dof;
 
-			for (unsigned c = 0; c < 2; c++) {
-				__m512i a = _mm512_loadu_si512(blk + 64 * c);
-				__m256i t = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
-				__m512i t2 = cat256(t, _mm256_srli_epi16(t, 2));
-				__m256i s8 = _mm256_broadcastsi128_si256(
-					_mm_loadl_epi64((const __m128i *)(sc + 8 * c)));
+			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			if (type == KVT_W_Q6_K) {	/* ql[128], qh[64], scales[16], d */
+				sc = _mm_loadu_si128((const __m128i *)(blk + 192));
+				of = _mm256_cvtepi8_epi16(sc);
+				d = hscale(blk + 208);
+				dof = 32 * d;
+				for (unsigned c = 0; c < 2; c++) {
+					__m512i a = _mm512_loadu_si512(blk + 64 * c);
+					__m256i t = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+					__m512i t2 = cat256(t, _mm256_srli_epi16(t, 2));
 
-				/* values 0..63 of the half, then 64..127 */
-				v[2 * c] = _mm512_or_si512(_mm512_and_si512(a, m4),
-							   _mm512_and_si512(_mm512_slli_epi16(t2, 4), m30));
-				v[2 * c + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-							       _mm512_and_si512(t2, m30));
-				s[2 * c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s8, lo4));
-				s[2 * c + 1] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s8, hi4));
+					/* values 0..63 of the half, then 64..127 */
+					v[2 * c] = _mm512_or_si512(_mm512_and_si512(a, m4),
+						_mm512_and_si512(_mm512_slli_epi16(t2, 4), m30));
+					v[2 * c + 1] = _mm512_or_si512(
+						_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+						_mm512_and_si512(t2, m30));
+				}
+			} else {		/* 2 bits at 16 (q2_k) or 32 (q3_k) */
+				const unsigned qs = type == KVT_W_Q2_K ? 16 : 32;
+
+				if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
+					const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
+
+					sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+					of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
+										_mm_set1_epi8(0x0F)));
+					d = hscale(blk + 80);
+					dof = hscale(blk + 82);
+				} else {		/* hmask[32], qs[64], scales[12], d */
+					sc = q3k_scales(blk + 96);
+					of = _mm256_cvtepi8_epi16(sc);
+					d = hscale(blk + 108);
+					dof = 4 * d;
+				}
+				/* half c's 32 bytes: shifts 0 and 2 (values 0..63), then 4 and 6 */
+				for (unsigned c = 0; c < 2; c++) {
+					__m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * c));
+					__m512i q2 = cat256(q, _mm256_srli_epi16(q, 2));
+
+					v[2 * c] = _mm512_and_si512(q2, m3);
+					v[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(q2, 4), m3);
+				}
+				if (type == KVT_W_Q3_K) {
+					const __m512i h = _mm512_broadcast_i64x4(
+						_mm256_loadu_si256((const __m256i *)blk));
+
+					for (unsigned t = 0; t < 4; t++)
+						v[t] = _mm512_mask_add_epi8(v[t], _mm512_test_epi8_mask(h,
+									bits_pair(t)), v[t], four);
+				}
 			}
+			const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+
+			for (unsigned t = 0; t < 4; t++)
+				s[t] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc2,
+						_mm256_add_epi8(lo4, _mm256_set1_epi8((char)(4 * t)))));
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
 				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
 				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
 				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
-				__m256i io = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xs));
+				__m256i io = _mm256_madd_epi16(of, _mm256_loadu_si256((const __m256i *)xs));
 
 				for (unsigned j = 1; j < 4; j++)
 					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
 						_mm512_loadu_si512(x + 64 * j), s[j]));
 				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
 							    acc[k][r]);
-				oacc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(io), _mm256_set1_ps(32 * d * dx),
+				oacc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(io), _mm256_set1_ps(dof * dx),
 							     oacc[k][r]);
 			}
 		}
@@ -410,42 +579,68 @@ I8_INLINE void q6k_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, un
 				_mm512_zextps256_ps512(oacc[k][r])));
 }
 
-/* q4_0 and q8_0: two blocks of 32 a vector, lanes 0..7 the first. */
-I8_INLINE __m512i q40_pair(const uint8_t *b0, const uint8_t *b1)
+/* The blocks of 32: two a vector, lanes 0..7 the first. Two blocks'
+ * nibbles, at q0 and q1, in the order of their values: each block's 16
+ * low nibbles, then its 16 high. */
+I8_INLINE __m512i nib_pair(const uint8_t *q0, const uint8_t *q1)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
 	__m256i q = _mm256_inserti128_si256(
-		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 2))),
-		_mm_loadu_si128((const __m128i *)(b1 + 2)), 1);
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
+		_mm_loadu_si128((const __m128i *)q1), 1);
 	__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 
-	/* each block: its 16 low nibbles (values 0..15), then the high */
 	return cat256(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-/* q4_0 (as q - 8) and q8_0 alike: the weights' signs move onto x, so
- * that vpmaddubsw multiplies |q| by signed x. */
+/* q4_0 (as q - 8), q5_0 (q - 16) and q8_0: the weights' signs move onto
+ * x, so that vpmaddubsw multiplies |q| by signed x. q4_1 and q5_1: q
+ * unsigned, and each block's m dx sum xq added apart, in f32. */
 I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-		       unsigned NW, unsigned R, float *out, int q8)
+		       unsigned NW, unsigned R, float *out, uint32_t type)
 {
-	const unsigned n = xq->n, nb = n / 32, bs = q8 ? 34 : 18;
+	const int mins = type == KVT_W_Q4_1 || type == KVT_W_Q5_1;
+	const int five = type == KVT_W_Q5_0 || type == KVT_W_Q5_1;
+	const unsigned n = xq->n, nb = n / 32, qs = 2 + 2 * mins + 4 * five;
+	const unsigned bs = type == KVT_W_Q8_0 ? 34 : qs + 16;
 	const __m512i one = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
 	__m512 acc[2][4];
+	float macc[2][4];
 
 	for (unsigned k = 0; k < NW; k++)
-		for (unsigned r = 0; r < R; r++)
+		for (unsigned r = 0; r < R; r++) {
 			acc[k][r] = _mm512_setzero_ps();
+			macc[k][r] = 0;
+		}
 	for (unsigned b = 0; b < nb; b += 2)
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *b0 = w0 + k * wst + (size_t)b * bs;
 			const int odd = b + 1 == nb;	/* a last block alone: */
 			const uint8_t *b1 = odd ? b0 : b0 + bs;		/* twice, */
 			const float d0 = hscale(b0), d1 = odd ? 0 : hscale(b1);	/* once weighed */
-			__m512i w = q8 ? cat256(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
-						_mm256_loadu_si256((const __m256i *)(b1 + 2))) :
-					 _mm512_sub_epi8(q40_pair(b0, b1), _mm512_set1_epi8(8));
-			const __mmask64 neg = _mm512_movepi8_mask(w);
-			const __m512i v = _mm512_abs_epi8(w);
+			__m512i v;
+			__mmask64 neg = 0;
+
+			if (type == KVT_W_Q8_0) {
+				v = cat256(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+					   _mm256_loadu_si256((const __m256i *)(b1 + 2)));
+			} else {
+				v = nib_pair(b0 + qs, b1 + qs);
+				if (five) {	/* qh: bit i is value i's fifth */
+					uint32_t h0, h1;
+
+					memcpy(&h0, b0 + qs - 4, sizeof(h0));
+					memcpy(&h1, b1 + qs - 4, sizeof(h1));
+					v = _mm512_mask_add_epi8(v, (__mmask64)h1 << 32 | h0, v,
+								 _mm512_set1_epi8(16));
+				}
+				if (!mins)
+					v = _mm512_sub_epi8(v, _mm512_set1_epi8(five ? 16 : 8));
+			}
+			if (!mins) {
+				neg = _mm512_movepi8_mask(v);
+				v = _mm512_abs_epi8(v);
+			}
 
 			prefetch_ahead(b0 + PF_ROWS * NW * wst, 2 * bs);
 
@@ -457,14 +652,22 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 				__m512 s = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0 * dx[0]),
 								_mm512_set1_ps(odd ? 0 : d1 * dx[1]));
 
-				xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+				if (mins) {
+					const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + 2 * b;
+
+					macc[k][r] += hscale(b0 + 2) * dx[0] * (float)(xs[0] + xs[1]);
+					if (!odd)
+						macc[k][r] += hscale(b1 + 2) * dx[1] * (float)(xs[2] + xs[3]);
+				} else {
+					xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+				}
 				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_u8s8(v, xv, one)), s,
 							    acc[k][r]);
 			}
 		}
 	for (unsigned k = 0; k < NW; k++)
 		for (unsigned r = 0; r < R; r++)
-			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]);
+			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) + macc[k][r];
 }
 
 /* One function per type, specialised for every NW x R. */
@@ -475,38 +678,268 @@ I8 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq 
 	KVT_NW_R_DISPATCH(NW, R, body);					\
 }
 
-DEF_QDOTS(qdots_q4k, q4k_i8(w, wst, xq, r0, NN, RR, out))
-DEF_QDOTS(qdots_q6k, q6k_i8(w, wst, xq, r0, NN, RR, out))
-DEF_QDOTS(qdots_q40, qb32_i8(w, wst, xq, r0, NN, RR, out, 0))
-DEF_QDOTS(qdots_q80, qb32_i8(w, wst, xq, r0, NN, RR, out, 1))
+DEF_QDOTS(qdots_q40, qb32_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_0))
+DEF_QDOTS(qdots_q41, qb32_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_1))
+DEF_QDOTS(qdots_q50, qb32_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_0))
+DEF_QDOTS(qdots_q51, qb32_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_1))
+DEF_QDOTS(qdots_q80, qb32_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q8_0))
+DEF_QDOTS(qdots_q2k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q2_K))
+DEF_QDOTS(qdots_q3k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q3_K))
+DEF_QDOTS(qdots_q4k, qk32_i8(w, wst, xq, r0, NN, RR, out, 0))
+DEF_QDOTS(qdots_q5k, qk32_i8(w, wst, xq, r0, NN, RR, out, 1))
+DEF_QDOTS(qdots_q6k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
 
-static int have_bw(void)
+/* ---- AVX2 ---- */
+
+I2_INLINE float hsum256(__m256 v)
 {
-	static int have = -1;
-	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 
-	if (h < 0) {
-		unsigned a, b, c, d;
-
-		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
-		    (b & bit_AVX512VL);
-		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
-	}
-	return h;
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+
+/* The same sums a vector of 32 values at a time (vpmaddubsw and vpmaddwd
+ * are AVX2's too), and the signs onto x by vpsignb. One accumulator per
+ * pair of rows, the mins and offsets subtracted into it: AVX2 has 16
+ * registers, not 32. */
+
+/* 32 bytes, 0xFF where bit i of m is set. */
+I2_INLINE __m256i bits_to_bytes(uint32_t m)
+{
+	const __m256i at = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+					      0x0303030303030303ll);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	__m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), at);	/* byte i / 8 of m */
+
+	return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+/* The blocks of 32, one a vector: as qb32_i8. */
+I2_INLINE void qb32_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+			 unsigned NW, unsigned R, float *out, uint32_t type)
+{
+	const int mins = type == KVT_W_Q4_1 || type == KVT_W_Q5_1;
+	const int five = type == KVT_W_Q5_0 || type == KVT_W_Q5_1;
+	const unsigned n = xq->n, nb = n / 32, qs = 2 + 2 * mins + 4 * five;
+	const unsigned bs = type == KVT_W_Q8_0 ? 34 : qs + 16;
+	const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi16(1);
+	__m256 acc[2][4];
+	float macc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++) {
+			acc[k][r] = _mm256_setzero_ps();
+			macc[k][r] = 0;
+		}
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *b0 = w0 + k * wst + (size_t)b * bs;
+			const float d = hscale(b0), m = mins ? hscale(b0 + 2) : 0;
+			__m256i v;
+
+			if (type == KVT_W_Q8_0) {
+				v = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+			} else {
+				__m128i q = _mm_loadu_si128((const __m128i *)(b0 + qs));
+
+				v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+				if (five) {
+					uint32_t h;
+
+					memcpy(&h, b0 + qs - 4, sizeof(h));
+					v = _mm256_or_si256(v, _mm256_and_si256(bits_to_bytes(h),
+										_mm256_set1_epi8(16)));
+				}
+				if (!mins)
+					v = _mm256_sub_epi8(v, _mm256_set1_epi8(five ? 16 : 8));
+			}
+			const __m256i av = mins ? v : _mm256_sign_epi8(v, v);
+
+			prefetch_ahead(b0 + PF_ROWS * NW * wst, bs);
+			for (unsigned r = 0; r < R; r++) {
+				const __m256i x = _mm256_loadu_si256((const __m256i *)XQ(xq, r0 + r, (size_t)b * 32));
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(av,
+						mins ? x : _mm256_sign_epi8(x, v)), one);
+
+				acc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx),
+							    acc[k][r]);
+				if (mins) {
+					const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + 2 * b;
+
+					macc[k][r] += m * dx * (float)(xs[0] + xs[1]);
+				}
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum256(acc[k][r]) + macc[k][r];
+}
+
+/* The K-quants, 8 vectors of 32 values a super-block: q4_k and q5_k
+ * with one scale each, q2_k, q3_k and q6_k with two (16 values each);
+ * what multiplies the sums of x over each 16, and its scale, as in
+ * qk32_i8 and qk16_i8. */
+I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+		       unsigned NW, unsigned R, float *out, uint32_t type)
+{
+	const unsigned n = xq->n, nb = n / 256;
+	const unsigned bs = type == KVT_W_Q2_K ? 84 : type == KVT_W_Q3_K ? 110 :
+			    type == KVT_W_Q4_K ? 144 : type == KVT_W_Q5_K ? 176 : 210;
+	const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F);
+	const __m256i m30 = _mm256_set1_epi8(0x30), bit0 = _mm256_set1_epi8(1);
+	/* scales 2j and 2j + 1 (of 16), each over 8 int16 lanes */
+	const __m128i two = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	/* q4_k, q5_k: each min twice, against the sums of x over each 16 */
+	const __m128i patm = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+	__m256 acc[2][4];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r] = _mm256_setzero_ps();
+	for (unsigned b = 0; b < nb; b++)
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
+			__m256i v[8], s[8], of;
+			float d, dof;
+
+			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			if (type == KVT_W_Q4_K || type == KVT_W_Q5_K) {
+				const int five = type == KVT_W_Q5_K;
+				const __m128i sm = q4k_scales(blk + 4);
+				const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+
+				d = hscale(blk);
+				dof = hscale(blk + 2);
+				of = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, patm));
+				for (unsigned j = 0; j < 8; j++) {
+					__m256i q = _mm256_loadu_si256((const __m256i *)
+								       (blk + (five ? 48 : 16) + 32 * (j / 2)));
+
+					v[j] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
+					if (five)	/* bit j of qh */
+						v[j] = _mm256_or_si256(v[j], _mm256_slli_epi16(_mm256_and_si256(
+							_mm256_srli_epi16(qh, (int)j), bit0), 4));
+					s[j] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, _mm_set1_epi8((char)j)));
+				}
+			} else {
+				__m128i sc;	/* the 16 scales, int8 */
+
+				if (type == KVT_W_Q6_K) {	/* ql[128], qh[64], scales[16], d */
+					sc = _mm_loadu_si128((const __m128i *)(blk + 192));
+					of = _mm256_cvtepi8_epi16(sc);
+					d = hscale(blk + 208);
+					dof = 32 * d;
+					for (unsigned j = 0; j < 8; j++) {
+						/* half c, part p: ql from 32 (p & 1), high nibbles
+						 * for p >= 2; qh's bits 2p and 2p + 1 */
+						const unsigned c = j / 4, p = j % 4;
+						__m256i ql = _mm256_loadu_si256((const __m256i *)
+										(blk + 64 * c + 32 * (p & 1)));
+						__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+						__m256i hi = p == 0 ? _mm256_slli_epi16(qh, 4) :
+							     p == 1 ? _mm256_slli_epi16(qh, 2) :
+							     p == 2 ? qh : _mm256_srli_epi16(qh, 2);
+
+						v[j] = _mm256_or_si256(_mm256_and_si256(p >= 2 ?
+								_mm256_srli_epi16(ql, 4) : ql, m4),
+								_mm256_and_si256(hi, m30));
+					}
+				} else {
+					const unsigned qs = type == KVT_W_Q2_K ? 16 : 32;
+
+					if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
+						const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
+
+						sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+						of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
+											_mm_set1_epi8(0x0F)));
+						d = hscale(blk + 80);
+						dof = hscale(blk + 82);
+					} else {		/* hmask[32], qs[64], scales[12], d */
+						sc = q3k_scales(blk + 96);
+						of = _mm256_cvtepi8_epi16(sc);
+						d = hscale(blk + 108);
+						dof = 4 * d;
+					}
+					/* half c, shift 2p; q3_k's high bit: bit j of hmask */
+					const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+
+					for (unsigned j = 0; j < 8; j++) {
+						__m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * (j / 4)));
+
+						v[j] = _mm256_and_si256(_mm256_srli_epi16(q, (int)(2 * (j % 4))), m3);
+						if (type == KVT_W_Q3_K)
+							v[j] = _mm256_or_si256(v[j], _mm256_slli_epi16(
+								_mm256_and_si256(_mm256_srli_epi16(hm, (int)j), bit0), 2));
+					}
+				}
+				for (unsigned j = 0; j < 8; j++)
+					s[j] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc,
+							_mm_add_epi8(two, _mm_set1_epi8((char)(2 * j)))));
+			}
+			for (unsigned r = 0; r < R; r++) {
+				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
+				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
+				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				__m256i ia = _mm256_setzero_si256();
+				__m256i io = _mm256_madd_epi16(of, _mm256_loadu_si256((const __m256i *)xs));
+
+				for (unsigned j = 0; j < 8; j++)
+					ia = _mm256_add_epi32(ia, _mm256_madd_epi16(_mm256_maddubs_epi16(v[j],
+						_mm256_loadu_si256((const __m256i *)(x + 32 * j))), s[j]));
+				acc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_set1_ps(d * dx),
+							    acc[k][r]);
+				acc[k][r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(io), _mm256_set1_ps(dof * dx),
+							     acc[k][r]);
+			}
+		}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = hsum256(acc[k][r]);
+}
+
+#define DEF_QDOTS2(name, body...)						\
+I2 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
+		    unsigned r0, unsigned R, float *out)				\
+{										\
+	KVT_NW_R_DISPATCH(NW, R, body);					\
+}
+
+DEF_QDOTS2(qdots2_q40, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_0))
+DEF_QDOTS2(qdots2_q41, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_1))
+DEF_QDOTS2(qdots2_q50, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_0))
+DEF_QDOTS2(qdots2_q51, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_1))
+DEF_QDOTS2(qdots2_q80, qb32_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q8_0))
+DEF_QDOTS2(qdots2_q2k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q2_K))
+DEF_QDOTS2(qdots2_q3k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q3_K))
+DEF_QDOTS2(qdots2_q4k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q4_K))
+DEF_QDOTS2(qdots2_q5k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q5_K))
+DEF_QDOTS2(qdots2_q6k, qk_avx2(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
+
 #endif
 
 kvt_qdots_fn kvt_qdots(uint32_t wtype)
 {
 #ifdef KVT_X86
-	if (kvt_cpu_simd() < 2 || !have_bw() || !kvt_cpu_int8_dots())
+	static const struct {
+		uint32_t type;
+		kvt_qdots_fn avx512, avx2;
+	} fns[] = {
+		{ KVT_W_Q4_0, qdots_q40, qdots2_q40 }, { KVT_W_Q4_1, qdots_q41, qdots2_q41 },
+		{ KVT_W_Q5_0, qdots_q50, qdots2_q50 }, { KVT_W_Q5_1, qdots_q51, qdots2_q51 },
+		{ KVT_W_Q8_0, qdots_q80, qdots2_q80 }, { KVT_W_Q2_K, qdots_q2k, qdots2_q2k },
+		{ KVT_W_Q3_K, qdots_q3k, qdots2_q3k }, { KVT_W_Q4_K, qdots_q4k, qdots2_q4k },
+		{ KVT_W_Q5_K, qdots_q5k, qdots2_q5k }, { KVT_W_Q6_K, qdots_q6k, qdots2_q6k },
+	};
+	const int simd = kvt_cpu_simd();
+
+	if (!simd || !kvt_cpu_int8_dots())
 		return NULL;
-	switch (wtype) {
-	case KVT_W_Q4_0: return qdots_q40;
-	case KVT_W_Q8_0: return qdots_q80;
-	case KVT_W_Q4_K: return qdots_q4k;
-	case KVT_W_Q6_K: return qdots_q6k;
-	}
+	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		if (fns[i].type == wtype)
+			return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
 #else
 	(void)wtype;
 #endif

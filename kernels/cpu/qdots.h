@@ -2,19 +2,20 @@
 /*
  * Integer dot products on 8-bit activations, the way llama.cpp multiplies
  * its quantized weights: x is rounded to int8 once per product, with one
- * f32 scale per block of 32 values (for q4_0 and q8_0 weights) or of 256
- * (for q4_k and q6_k, whose sub-block scales are integers), and each
- * weight block's quants multiply x's int8s exactly, in integers; the f32
- * scales enter once per block. Against f32 activations this trades the
- * rounding of x (half a step of its block's scale, about 0.4 % of the
- * block's largest |x|) for two to four times the speed of the decode's
- * matrix-vector products, which with 4-bit weights are bound by the cpu,
- * not by memory.
+ * f32 scale per block of 32 values (for q4_0, q4_1, q5_0, q5_1 and q8_0
+ * weights) or of 256 (for the K-quants, q2_k to q6_k, whose sub-block
+ * scales are integers), and each weight block's quants multiply x's int8s
+ * exactly, in integers; the f32 scales, and the mins of the types that
+ * have them against sums of x's int8s, enter once per block. Against f32
+ * activations this trades the rounding of x (half a step of its block's
+ * scale, about 0.4 % of the block's largest |x|) for two to four times the
+ * speed of the decode's matrix-vector products, which with 4-bit weights
+ * are bound by the cpu, not by memory.
  *
- * AVX-512BW only (vpmaddubsw and vpmaddwd); kvt_qdots() says whether this
- * cpu, and the current setting, use them. The reference, kvt_qdot_ref, is
- * the same integer arithmetic in portable C and what the tests hold the
- * vector code to.
+ * AVX-512BW kernels, and AVX2 ones (vpmaddubsw and vpmaddwd on 256 bits)
+ * for cpus without it; kvt_qdots() says whether this cpu, and the current
+ * setting, use them. The reference, kvt_qdot_ref, is the same integer
+ * arithmetic in portable C and what the tests hold the vector code to.
  */
 #ifndef KVT_KERNELS_CPU_QDOTS_H
 #define KVT_KERNELS_CPU_QDOTS_H
@@ -31,9 +32,9 @@ struct kvt_xq {
 	unsigned rows, n, blk;
 };
 
-/* The block of x the integer kernel of weight type wants (32 or 256), or
- * 0 where there is none: f32, f16, bf16 and the block types other than
- * q4_0, q8_0, q4_k and q6_k keep f32 activations. */
+/* The block of x the integer kernel of weight type wants (32 or 256: the
+ * type's own block), or 0 where there is none: f32, f16 and bf16 keep f32
+ * activations. */
 unsigned kvt_xq_blk(uint32_t wtype);
 
 /* Round x (rows, n) into *xq (allocated here; n a multiple of blk): 0 or
@@ -47,9 +48,10 @@ void kvt_xq_free(struct kvt_xq *xq);		/* also on a zeroed struct */
 typedef void (*kvt_qdots_fn)(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,
 			     unsigned r0, unsigned R, float *out);
 
-/* The kernel for wtype, or NULL: no integer kernel for the type, a cpu
- * without AVX-512BW (or kvt_cpu_simd() lowered under 2), or integer dots
- * turned off. */
+/* The kernel for wtype, or NULL: no integer kernel for the type (f32,
+ * f16, bf16), a cpu without AVX2 (or kvt_cpu_simd() lowered to 0), or
+ * integer dots turned off. The AVX-512BW kernel where kvt_cpu_simd() is 2
+ * and the cpu has AVX-512BW, else the AVX2 one. */
 kvt_qdots_fn kvt_qdots(uint32_t wtype);
 
 /* The same product in portable C, one weight row against row r of xq:

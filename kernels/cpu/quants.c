@@ -155,23 +155,6 @@ static void dq_q2_k(float *y, const uint8_t *b)
 	}
 }
 
-/* q3_k's sixteen 6-bit scales, unpacked from 12 bytes (as int8, 0..63).
- * Always inlined: called from the AVX2 code, as a function of its own it
- * would be SSE code run with the upper halves dirty. */
-static inline __attribute__((always_inline)) void q3_k_scales(int8_t *scales, const uint8_t *packed)
-{
-	const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
-	uint32_t aux[4], tmp;
-
-	memcpy(aux, packed, 12);
-	tmp = aux[2];
-	aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-	aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-	aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-	aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-	memcpy(scales, aux, 16);
-}
-
 /* q3_k: hmask[32], qs[64], scales[12], d. */
 static void dq_q3_k(float *y, const uint8_t *b)
 {
@@ -181,7 +164,7 @@ static void dq_q3_k(float *y, const uint8_t *b)
 	uint8_t m = 1;
 	int is = 0;
 
-	q3_k_scales(scales, b + 96);
+	kvt_q3k_scales(scales, b + 96);
 	for (int n = 0; n < QK_K; n += 128) {
 		int shift = 0;
 		for (int j = 0; j < 4; ++j) {
@@ -512,7 +495,7 @@ AVX2 static void dq_q3_k_avx2(float *y, const uint8_t *b)
 	float dl[16] __attribute__((aligned(32)));
 	int8_t sc[16];
 
-	q3_k_scales(sc, b + 96);
+	kvt_q3k_scales(sc, b + 96);
 	const __m128i s = _mm_loadu_si128((const __m128i *)sc);
 	for (int h = 0; h < 2; h++) {
 		__m256i v = _mm256_cvtepu8_epi32(h ? _mm_srli_si128(s, 8) : s);

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Every weight type the kernels read, for messages. */
 #define KVT_WTYPES "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k and q6_k"
@@ -52,6 +53,25 @@ static inline void kvt_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t
 		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
 		*m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
 	}
+}
+
+/* q3_k's sixteen 6-bit scales (0..63; the scale is that minus 32),
+ * unpacked from the block's 12 bytes of them. Always inlined: called from
+ * AVX2 and AVX-512 code, as a function of its own it would be SSE code run
+ * with the upper halves dirty. */
+static inline __attribute__((always_inline)) void kvt_q3k_scales(int8_t *scales,
+								 const uint8_t *packed)
+{
+	const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+	uint32_t aux[4], tmp;
+
+	memcpy(aux, packed, 12);
+	tmp = aux[2];
+	aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+	aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+	aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+	aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+	memcpy(scales, aux, 16);
 }
 
 /* The block type of GGML type number type (enum kvt_wtype), or NULL for

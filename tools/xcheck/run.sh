@@ -31,8 +31,8 @@
 #   q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k and the q4_k_m mix
 #                         5e-2 as q8_0 (llama.cpp rounds the activations to
 #                         q8_0 or q8_k for these, and so does kvt-run's
-#                         decode for q4_0, q8_0, q4_k and q6_k where the cpu
-#                         has AVX-512BW, kernels/cpu/qdots.h)
+#                         decode for all of them where the cpu has AVX2,
+#                         kernels/cpu/qdots.h)
 #   q8_0 KV              5e-3 with f32 weights, 5e-2 with q8_0 (below)
 #   the same weights dequantized to f32 (tof32.py), f32 KV: 1e-5, same
 #                         argmax: how each engine reads the weights, alone
