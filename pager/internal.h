@@ -160,6 +160,7 @@ struct kvt_pager {
 					 * (the sum of their lead; atomic: handing out
 					 * takes no lock) */
 	uint32_t	held;		/* open batches' pages not asked for yet (nheld) */
+	uint32_t	pf_live;	/* pages PF_QPREF: queued for prefetch, still wanted */
 	uint32_t	dups;		/* pages with a copy in both fast and host */
 	int		wants_scores;	/* some tier's policy has on_score */
 
@@ -375,10 +376,20 @@ void kvt_wake_migrate(struct kvt_pager *p);
 void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far);
 void kvt_wake_prefetch(struct kvt_pager *p);
 
-/* Prefetches queued, both queues. */
+/* Prefetches queued and still wanted, both queues (the queues may also
+ * hold entries for pages acquired or freed since, skipped when popped). */
 static inline uint32_t kvt_pf_queued(const struct kvt_pager *p)
 {
-	return p->prefetch.n + p->pf_far.n;
+	return p->pf_live;
+}
+
+/* The page's queued prefetch, if any, is no longer wanted (lock held). */
+static inline void kvt_pf_unqueue(struct kvt_pager *p, struct page *pg)
+{
+	if (pg->flags & PF_QPREF) {
+		pg->flags &= ~PF_QPREF;
+		p->pf_live--;
+	}
 }
 void *kvt_migrate_main(void *arg);
 int  kvt_run_job_sync(struct kvt_pager *p, struct job *j);

@@ -68,12 +68,33 @@ static int pq_push(struct pqueue *q, uint32_t slot, uint32_t gen)
 static uint32_t pq_pop(struct pqueue *q, struct pref *out, uint32_t max)
 {
 	uint32_t n = q->n < max ? q->n : max;
+
+	if (!n)
+		return 0;
 	memcpy(out, q->v + q->head, n * sizeof(*out));
 	q->head += n;
 	q->n -= n;
 	if (!q->n)
 		q->head = 0;
 	return n;
+}
+
+/* Drop the entries of a prefetch queue whose page was acquired or freed
+ * since it was queued: a queue that prefetch does not get to (the stage
+ * kept full by demand) would otherwise grow by a layer's pages a step. */
+static void pq_compact(struct kvt_pager *p, struct pqueue *q)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < q->n; i++) {
+		struct pref r = q->v[q->head + i];
+		const struct page *pg = &p->pages[r.slot];
+
+		if (pg->gen == r.gen && (pg->flags & PF_QPREF))
+			q->v[k++] = r;
+	}
+	q->head = 0;
+	q->n = k;
 }
 
 void kvt_queue_demand(struct kvt_pager *p, uint32_t s)
@@ -111,8 +132,13 @@ void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far)
 	    (pg->frame[KVT_TIER_FAST] != NO_FRAME) ||
 	    (pg->flags & (PF_QDEMAND | PF_QPREF)))
 		return;
-	if (pq_push(far ? &p->pf_far : &p->prefetch, s, pg->gen) == 0) {
+	struct pqueue *q = far ? &p->pf_far : &p->prefetch;
+
+	if (q->n > 2 * p->pf_live + 256)
+		pq_compact(p, q);
+	if (pq_push(q, s, pg->gen) == 0) {
 		pg->flags |= PF_QPREF;
+		p->pf_live++;
 		p->st.prefetch_issued++;
 	}
 }
@@ -758,7 +784,7 @@ static uint32_t pop_prefetch(struct kvt_pager *p, struct pref *req, uint32_t max
 		/* Freed since, or acquired since (acquire cleared the flag). */
 		if (pg->gen != req[i].gen || !(pg->flags & PF_QPREF))
 			continue;
-		pg->flags &= ~PF_QPREF;
+		kvt_pf_unqueue(p, pg);
 		if (!(pg->flags & PF_QDEMAND) && !pg->want)
 			req[n++] = req[i];
 	}

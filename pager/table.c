@@ -243,6 +243,7 @@ void kvt_page_free(struct kvt_pager *p, uint32_t s)
 			kvt_unplace(p, s, ti, 0, 0);
 	pg->state = P_FREE;
 	pg->gen = (pg->gen + 1) & 0x7fffffff;
+	kvt_pf_unqueue(p, pg);
 	pg->flags = 0;
 	pg->next_free = p->free_page;
 	p->free_page = s;
@@ -347,7 +348,7 @@ uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch)
 
 int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 {
-	uint32_t live = 0, dups = 0, staged = 0, staged_pf = 0, pf_landed = 0;
+	uint32_t live = 0, dups = 0, staged = 0, staged_pf = 0, pf_landed = 0, pf_live = 0;
 
 	for (int ti = 0; ti < KVT_NTIERS; ti++) {
 		struct tier *t = &p->t[ti];
@@ -395,6 +396,7 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 		staged += !!(pg->flags & PF_STAGED);
 		staged_pf += !!(pg->flags & PF_STAGEPF);
 		pf_landed += !!(pg->flags & PF_PREFETCHED);
+		pf_live += !!(pg->flags & PF_QPREF);
 		if (!pg->refs && !(pg->flags & PF_DOOMED))
 			BAD("page %u live with no references", s);
 		for (int ti = 0; ti < KVT_NTIERS; ti++)
@@ -422,6 +424,8 @@ int kvt_pager_check(struct kvt_pager *p, char *err, size_t errlen)
 		BAD("counted %u in fast and host, %u staged (%u by prefetch), %u prefetched "
 		    "unread; recorded %u, %u (%u), %u", dups, staged, staged_pf, pf_landed, p->dups,
 		    p->staged, p->staged_pf, p->pf_landed);
+	if (pf_live != p->pf_live)
+		BAD("%u pages queued for prefetch counted, %u recorded", pf_live, p->pf_live);
 	/* References held by the sequences' tables. */
 	uint32_t *refs = calloc(p->npages + 1, sizeof(*refs));
 	if (!refs)

@@ -8,7 +8,7 @@
  * read, as on a GPU that does not read host memory in place. Fast and
  * host hold a quarter of the KV each, so half of every
  * step must come up from NVMe. After two steps, each step reads from NVMe
- * at most 1.05 times the least it must (1.10 copying up) (kvt_stats.read_min_bytes: what
+ * at most 1.05 times the least it must, copying up too (kvt_stats.read_min_bytes: what
  * fast and host, less the frames kept for pages on their way, cannot
  * hold), for every context size tried; pages read are checked bit for
  * bit on the first step. The same scan with LRU in every tier reads far
@@ -16,7 +16,7 @@
  * behind, as on a busy machine, unless the pager holds what it brings up
  * ahead of its readers to the stage: each reader here lets the pager run
  * as far ahead as it will before it reads its batch, and the step still
- * reads at most 1.10 times the least.
+ * reads at most 1.05 times the least (two such readers at once: 1.10).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -35,14 +35,17 @@ struct part {
 
 /* A reader the scheduler does not run for a while: after its acquire it
  * lets the pager bring up whatever it will (until nothing is moving or
- * queued), then reads. A machine busy with other work does this to the
+ * queued that may start), then reads. A machine busy with other work does this to the
  * readers now and then, at random; here every batch is left behind. */
 static void fall_behind(struct kvt_pager *p)
 {
 	for (unsigned quiet = 0, i = 0; quiet < 2 && i < 1000; i++) {
 		usleep(200);
 		pthread_mutex_lock(&p->lock);
-		quiet = p->moving || p->demand.n || kvt_pf_queued(p) ? 0 : quiet + 1;
+		/* Queued prefetches wait while a batch has pages it has not
+		 * asked for yet (this one): the pager is idle then too. */
+		int pf = kvt_pf_queued(p) && kvt_stage_room(p, 1);
+		quiet = p->moving || p->demand.n || pf ? 0 : quiet + 1;
 		pthread_mutex_unlock(&p->lock);
 	}
 }
@@ -150,21 +153,24 @@ int main(void)
 			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 0) <= 1.05);
 			/* Copied up, as on a GPU that does not read the host
 			 * tier in place: every page read from NVMe passes
-			 * through both. Held to 1.10 (it was 1.16 to 1.32
-			 * while a page could sit in both; 1.1 to 1.3 now and
-			 * then on a busy machine while a batch asked for all
-			 * its pages at once); 1.01 to 1.05 as run, on a quiet
-			 * machine and with two busy loops on its two cores. */
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 0) <= 1.10);
+			 * through both (1.16 to 1.32 while a page could sit in
+			 * both; 1.01 to 1.05, held to 1.10, while prefetch had
+			 * half the stage and each batch a share of the rest;
+			 * 1.00 to 1.04 with one stage for all). */
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 0) <= 1.05);
 		}
 	/* Every reader left behind: what the pager brings up ahead of them
-	 * is held to the stage, and prefetch takes its share of it on top
-	 * (1.07 to 1.08 as run; 1.18 to 1.39 when a batch asked for all its
-	 * pages at once). */
-	for (unsigned g = 0; g < ng; g++) {
-		CHECK(ratio(geo[g][0], geo[g][1], 1, NULL, KVT_IN_PLACE_AUTO, 1) <= 1.10);
-		CHECK(ratio(geo[g][0], geo[g][1], 1, NULL, 0, 1) <= 1.10);
-	}
+	 * is held to the stage, prefetch included (one reader: 1.00 to 1.02
+	 * as run; 1.07 to 1.08 with a window per batch and prefetch's half of
+	 * the stage on top; 1.18 to 1.39 when a batch asked for all its pages
+	 * at once). Two left behind at once: 1.00 to 1.05 as run, held to
+	 * 1.10 (1.09 to 1.10 with a window per batch). */
+	for (unsigned g = 0; g < ng; g++)
+		for (unsigned threads = 1; threads <= 2; threads++) {
+			double lim = threads == 1 ? 1.05 : 1.10;
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 1) <= lim);
+			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 1) <= lim);
+		}
 	/* Recency alone on a scan: the host tier ends up a staging buffer. */
 	CHECK(ratio(8, 256, 1, "lru", KVT_IN_PLACE_AUTO, 0) > 1.2);
 	return 0;
