@@ -182,10 +182,17 @@ int main(void)
 		       rd / mn);
 		CHECK(steps >= 32 && mn > 64 * 1024);
 		CHECK(rd >= mn * 0.95 && rd <= mn * 1.25);
+		/* The decode's own share of them, and the disk's busy time. */
+		double drd = json_num(out, "\"decode_io\"", "nvme_read_bytes");
+		double dmn = json_num(out, "\"decode_io\"", "min_bytes");
+		double busy = json_num(out, "\"decode_io\"", "nvme_busy_s");
+		CHECK(drd > 0 && drd <= rd && dmn > 0 && dmn <= mn && busy > 0);
+		CHECK(drd >= dmn * 0.95 && drd <= dmn * 1.25);
 	}
 	CHECK_EQ(run("%s -m %s --prompt-ids %s -n 8 --temp 0 --ignore-eos --fast 32K --host 32K "
 		     "--nvme-path %s 2>&1", bin, model, path, dir), 0);
 	CHECK(strstr(out, "\nnvme read ") && strstr(out, "MB a step, the least it had to read "));
+	CHECK(strstr(out, "\ndecode over nvme: ") && strstr(out, "the disk busy "));
 
 	/* --tokenize prints the ids -p's text becomes, in the form
 	 * --prompt-ids reads: as many as the run's prompt_tokens, and the two

@@ -101,6 +101,27 @@ void cli_print_tiers(FILE *f, const struct kvt_stats *st)
 	cli_print_device(f, st);
 }
 
+void cli_print_decode_io(FILE *f, const struct kvt_stats *a, const struct kvt_stats *b,
+			 unsigned steps, double s)
+{
+	const struct kvt_tier_stats *na = &a->tier[KVT_TIER_NVME], *nb = &b->tier[KVT_TIER_NVME];
+	double rd = (double)(nb->bytes_out - na->bytes_out);
+	double io = rd + (double)(nb->bytes_in - na->bytes_in);
+	double mn = (double)(b->read_min_bytes - a->read_min_bytes);
+	double busy = (double)(b->nvme_busy_ns - a->nvme_busy_ns) / 1e9;
+
+	if (!steps || s <= 0 || rd <= 0 || busy <= 0)
+		return;
+	double step = s / steps, rate = io / busy, least = mn / steps / rate;
+
+	fprintf(f, "decode over nvme: %.1f ms a step, the disk busy %.0f %% of it at %.2f GB/s; "
+		"the least a step had to read, %.1f MB, takes %.1f ms at that rate",
+		step * 1e3, 100 * busy / s, rate / 1e9, mn / steps / 1e6, least * 1e3);
+	if (least > 0)
+		fprintf(f, ": the step is %.2f times that", step / least);
+	fputc('\n', f);
+}
+
 /* GB/s of bytes moved in ns, 0 when nothing was timed. */
 static double gbps(uint64_t bytes, uint64_t ns)
 {

@@ -28,6 +28,13 @@ void cli_bar_done(void);		/* ends the bar's line */
 /* The tier table (hits, misses, bytes moved each way, latency), the
  * prefetch outcomes, stall time and what the tiers could not get. */
 void cli_print_tiers(FILE *f, const struct kvt_stats *st);
+/* Decode against its disk: between the snapshots a (decode began) and b
+ * (it ended), over steps steps and seconds s, the step time, how much of
+ * it the NVMe tier was busy, the rate it read at while busy, and the
+ * least bytes a step had to read at that rate. Nothing when decode read
+ * nothing from NVMe. */
+void cli_print_decode_io(FILE *f, const struct kvt_stats *a, const struct kvt_stats *b,
+			 unsigned steps, double s);
 /* The device's lines of the tier table: what it is, its copies each way
  * and their rate, its kernel time (cli_print_tiers ends with them). */
 void cli_print_device(FILE *f, const struct kvt_stats *st);

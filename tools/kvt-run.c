@@ -731,6 +731,7 @@ struct run {
 	unsigned n_prompt;
 	unsigned n_steps, n_fed;		/* decode steps, tokens they ran */
 	double t_load, t_prefill, t_decode;	/* seconds */
+	struct kvt_stats st0;			/* the pager's, as decode began */
 	FILE *dump;				/* --dump-logits */
 	char kernels[160];			/* what the engine computes with */
 };
@@ -953,6 +954,9 @@ static void generate(const struct opts *o, struct run *run)
 	unsigned i, step;
 	int r, metrics_failed = 0;
 
+	if (run->pg)
+		kvt_pager_stats(run->pg, &run->st0);
+
 	for (step = 0; step < o->n_predict; step++) {
 		struct kvt_session *feed_ss[MAX_BATCH];
 		int32_t feed[MAX_BATCH];
@@ -1098,6 +1102,18 @@ static int report(const struct opts *o, const struct run *run)
 			       (unsigned long long)es.pages_skipped,
 			       (unsigned long long)es.bytes_skipped, es.select_ns / 1e9,
 			       es.score_ns / 1e9, (unsigned long long)es.bound_bytes);
+		if (run->pg) {
+			const struct kvt_stats *a = &run->st0;
+
+			printf(",\"decode_io\":{\"nvme_read_bytes\":%llu,\"nvme_written_bytes\":%llu,"
+			       "\"min_bytes\":%llu,\"nvme_busy_s\":%.6f}",
+			       (unsigned long long)(st.tier[KVT_TIER_NVME].bytes_out -
+						    a->tier[KVT_TIER_NVME].bytes_out),
+			       (unsigned long long)(st.tier[KVT_TIER_NVME].bytes_in -
+						    a->tier[KVT_TIER_NVME].bytes_in),
+			       (unsigned long long)(st.read_min_bytes - a->read_min_bytes),
+			       (double)(st.nvme_busy_ns - a->nvme_busy_ns) / 1e9);
+		}
 		if (run->pg && kvt_stats_json(&st, buf, sizeof(buf)) > 0)
 			printf(",\"pager\":%s", buf);
 		if (st.metrics_http_port)
@@ -1114,6 +1130,7 @@ static int report(const struct opts *o, const struct run *run)
 		if (run->pg) {
 			fputc('\n', stderr);
 			cli_print_tiers(stderr, &st);
+			cli_print_decode_io(stderr, &run->st0, &st, run->n_steps, t_decode);
 		}
 		if (st.metrics_http_port)
 			fprintf(stderr, "metrics: http port %d (GET /metrics)\n", st.metrics_http_port);
