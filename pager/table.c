@@ -335,6 +335,12 @@ uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch)
 		 * a layer into the next ones, in the frames the batches no
 		 * longer need. */
 		uint32_t used = kvt_transit(p), pf = p->held || used >= cap ? 0 : cap - used;
+		uint32_t run = p->extent < p->pf_live ? p->extent : p->pf_live;
+
+		/* In runs of a read, as demand asks (ask()): room that came
+		 * back a page at a time went out as reads of a page. */
+		if (pf < run && pf < cap)
+			pf = 0;
 		room = room < pf ? room : pf;
 	}
 	return room > spare ? room : spare;
