@@ -392,6 +392,33 @@ I2_INLINE __m128i q3k_scales(const uint8_t *p)
 			    _mm_set1_epi8(32));
 }
 
+/* The head of a q6_k, q2_k or q3_k block, the 16-group K-quants: its 16
+ * scales as int8 (sc), what multiplies the sums of x over each 16 (of:
+ * q6_k's and q3_k's scales, for their -32 and -4; q2_k's mins), and the
+ * f32 factors of the two (d, dof). */
+I2_INLINE void k16_head(uint32_t type, const uint8_t *blk, __m128i *sc, __m256i *of, float *d,
+			float *dof)
+{
+	if (type == KVT_W_Q6_K) {		/* ql[128], qh[64], scales[16], d */
+		*sc = _mm_loadu_si128((const __m128i *)(blk + 192));
+		*of = _mm256_cvtepi8_epi16(*sc);
+		*d = hscale(blk + 208);
+		*dof = 32 * *d;
+	} else if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
+		const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
+
+		*sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+		*of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+		*d = hscale(blk + 80);
+		*dof = hscale(blk + 82);
+	} else {				/* hmask[32], qs[64], scales[12], d */
+		*sc = q3k_scales(blk + 96);
+		*of = _mm256_cvtepi8_epi16(*sc);
+		*d = hscale(blk + 108);
+		*dof = 4 * *d;
+	}
+}
+
 /* Bit 2t of each byte in the low 256 bits, bit 2t + 1 in the high: which
  * bit of q5_k's qh[32] (of q3_k's hmask[32]), loaded twice, is the high
  * bit of the 64 values of v[t] below. */
@@ -501,11 +528,8 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			float d, dof;
 
 			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
-			if (type == KVT_W_Q6_K) {	/* ql[128], qh[64], scales[16], d */
-				sc = _mm_loadu_si128((const __m128i *)(blk + 192));
-				of = _mm256_cvtepi8_epi16(sc);
-				d = hscale(blk + 208);
-				dof = 32 * d;
+			k16_head(type, blk, &sc, &of, &d, &dof);
+			if (type == KVT_W_Q6_K) {
 				for (unsigned c = 0; c < 2; c++) {
 					__m512i a = _mm512_loadu_si512(blk + 64 * c);
 					__m256i t = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
@@ -521,20 +545,6 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			} else {		/* 2 bits at 16 (q2_k) or 32 (q3_k) */
 				const unsigned qs = type == KVT_W_Q2_K ? 16 : 32;
 
-				if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
-					const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
-
-					sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
-					of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
-										_mm_set1_epi8(0x0F)));
-					d = hscale(blk + 80);
-					dof = hscale(blk + 82);
-				} else {		/* hmask[32], qs[64], scales[12], d */
-					sc = q3k_scales(blk + 96);
-					of = _mm256_cvtepi8_epi16(sc);
-					d = hscale(blk + 108);
-					dof = 4 * d;
-				}
 				/* half c's 32 bytes: shifts 0 and 2 (values 0..63), then 4 and 6 */
 				for (unsigned c = 0; c < 2; c++) {
 					__m256i q = _mm256_loadu_si256((const __m256i *)(blk + qs + 32 * c));
@@ -826,11 +836,8 @@ I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			} else {
 				__m128i sc;	/* the 16 scales, int8 */
 
-				if (type == KVT_W_Q6_K) {	/* ql[128], qh[64], scales[16], d */
-					sc = _mm_loadu_si128((const __m128i *)(blk + 192));
-					of = _mm256_cvtepi8_epi16(sc);
-					d = hscale(blk + 208);
-					dof = 32 * d;
+				k16_head(type, blk, &sc, &of, &d, &dof);
+				if (type == KVT_W_Q6_K) {
 					for (unsigned j = 0; j < 8; j++) {
 						/* half c, part p: ql from 32 (p & 1), high nibbles
 						 * for p >= 2; qh's bits 2p and 2p + 1 */
@@ -849,20 +856,6 @@ I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 				} else {
 					const unsigned qs = type == KVT_W_Q2_K ? 16 : 32;
 
-					if (type == KVT_W_Q2_K) {	/* scales[16], qs[64], d, dmin */
-						const __m128i raw = _mm_loadu_si128((const __m128i *)blk);
-
-						sc = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
-						of = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
-											_mm_set1_epi8(0x0F)));
-						d = hscale(blk + 80);
-						dof = hscale(blk + 82);
-					} else {		/* hmask[32], qs[64], scales[12], d */
-						sc = q3k_scales(blk + 96);
-						of = _mm256_cvtepi8_epi16(sc);
-						d = hscale(blk + 108);
-						dof = 4 * d;
-					}
 					/* half c, shift 2p; q3_k's high bit: bit j of hmask */
 					const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
 
