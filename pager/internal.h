@@ -376,6 +376,12 @@ void kvt_wake_migrate(struct kvt_pager *p);
 void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far);
 void kvt_wake_prefetch(struct kvt_pager *p);
 
+/* Pages open batches asked for and have not been handed (p->asked). */
+static inline uint32_t kvt_transit_asked(const struct kvt_pager *p)
+{
+	return __atomic_load_n(&p->asked, __ATOMIC_RELAXED);
+}
+
 /* Prefetches queued and still wanted, both queues (the queues may also
  * hold entries for pages acquired or freed since, skipped when popped). */
 static inline uint32_t kvt_pf_queued(const struct kvt_pager *p)

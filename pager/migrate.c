@@ -969,10 +969,11 @@ void *kvt_migrate_main(void *arg)
 			promote(p, req, pop_prefetch(p, req, room < p->move_batch ? room : p->move_batch), 1);
 			continue;
 		}
-		if (kvt_pf_queued(p) && p->pf_landed >= p->stage[p->target] && !p->moving) {
-			/* The stage is all prefetched pages landed and not read
-			 * yet: what is queued behind them could only come by
-			 * evicting pages needed sooner. Dropped. */
+		if (kvt_pf_queued(p) && !p->moving && !p->held && !kvt_transit_asked(p)) {
+			/* No room, nothing on its way and no batch open: the
+			 * stage is prefetched pages landed and not read yet, and
+			 * what is queued behind them could only come by evicting
+			 * pages needed sooner. Dropped. */
 			uint32_t n = pop_prefetch(p, req, MAX_MOVE);
 			p->st.prefetch_dropped += n;
 			continue;
