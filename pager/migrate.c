@@ -970,10 +970,11 @@ void *kvt_migrate_main(void *arg)
 			continue;
 		}
 		if (kvt_pf_queued(p) && !p->moving && !p->held && !kvt_transit_asked(p)) {
-			/* No room, nothing on its way and no batch open: the
-			 * stage is prefetched pages landed and not read yet, and
-			 * what is queued behind them could only come by evicting
-			 * pages needed sooner. Dropped. */
+			/* No room for a run, nothing on its way and no batch
+			 * open, so none will come: the stage is prefetched pages
+			 * landed and not read yet, and what is queued behind them
+			 * could only come by evicting pages needed sooner.
+			 * Dropped. */
 			uint32_t n = pop_prefetch(p, req, MAX_MOVE);
 			p->st.prefetch_dropped += n;
 			continue;

@@ -337,11 +337,11 @@ uint32_t kvt_stage_room(const struct kvt_pager *p, int prefetch)
 		uint32_t used = kvt_transit(p), pf = p->held || used >= cap ? 0 : cap - used;
 		uint32_t run = p->extent < p->pf_live ? p->extent : p->pf_live;
 
-		/* In runs of a read, as demand asks (ask()), while batches hand
-		 * pages out and the room grows: room that came back a page at
-		 * a time went out as reads of a page. With no batch open it
-		 * will not grow: what there is goes. */
-		if (pf < run && pf < cap && __atomic_load_n(&p->asked, __ATOMIC_RELAXED))
+		/* In runs of a read, as demand asks (ask()): room that came
+		 * back a page at a time went out as reads of a page. With no
+		 * batch open the room will not grow, and the migration thread
+		 * drops the queue instead (kvt_migrate_main()). */
+		if (pf < run && pf < cap)
 			pf = 0;
 		room = room < pf ? room : pf;
 	}
