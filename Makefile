@@ -118,7 +118,7 @@ $(CUDA_PLUGIN): $(CUDA_OBJ)
 EMU_PLUGIN = $(BUILD)/libkvt-emu.so
 $(EMU_PLUGIN): $(BUILD)/tests/emu_backend.o $(BUILD)/kernels/cpu/kernels.o \
 	       $(BUILD)/kernels/cpu/pool.o $(BUILD)/kernels/cpu/quants.o \
-	       $(BUILD)/kernels/cpu/qdots.o
+	       $(BUILD)/kernels/cpu/qdots.o $(BUILD)/kernels/cpu/amx.o
 	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $^ $(LDLIBS)
 
 lib: $(BUILD)/libkvt.a $(BUILD)/libkvt.so $(BUILD)/$(SONAME)

@@ -15,6 +15,12 @@
  *              against the integer reference (extreme quants and scales, and x at
  *              +-127, too), and kvt_matmul against the exact product
  *              within the bound the rounding of x allows;
+ *   amx        the prefill's products on AMX tiles (amx.h), where the cpu
+ *              has them: every block type, rows and outputs that are not
+ *              whole tiles, against a double product over the values
+ *              rounded to bf16 (which is what the tiles multiply) and
+ *              within the bf16 bound of the exact product; kvt_matmul_n's
+ *              shared x the same as one product at a time;
  *   speed      (a figure, not a check) one row against 4096 x 4096
  *              weights of each type, in G values/s, with f32 activations
  *              and, for the types that have them, integer dots;
@@ -36,6 +42,7 @@
 #include <unistd.h>
 
 #include "tests/model_common.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/qdots.h"
@@ -448,6 +455,97 @@ static void test_int8(struct kvt_pool *pool)
 	kvt_cpu_set_int8_dots(1);
 }
 
+/* ---- amx ---- */
+
+static float bf16_round(float f)	/* to nearest even, as VCVTNEPS2BF16 (no NaNs here) */
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	u = (u + 0x7fff + (u >> 16 & 1)) & 0xffff0000u;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void test_amx(struct kvt_pool *pool)
+{
+	static const unsigned rowss[] = { 16, 21, 45, 64 }, outs[] = { 40, 70 };
+	const unsigned n_in = 512, R = 64;
+	double worst_bf = 0, worst_exact = 0;
+	unsigned cases = 0;
+
+	if (!kvt_amx()) {
+		t_skip_part("amx", "no AMX-BF16 here (or KVT_AMX=0): the prefill takes sgemm\n");
+		return;
+	}
+	float *w = malloc((size_t)n_in * 70 * 4), *wd = malloc((size_t)n_in * 70 * 4);
+	float *x = malloc((size_t)R * n_in * 4), *y = malloc((size_t)R * 70 * 4);
+	float *ye = malloc((size_t)R * 70 * 4), *y3[3];
+	uint8_t *q = malloc((size_t)n_in * 70 * 2);
+
+	CHECK(w && wd && x && y && ye && q);
+	for (unsigned i = 0; i < n_in * 70; i++)
+		w[i] = frand() * 0.1f * (float)(1 + i / 32 % 3);
+	for (unsigned i = 0; i < R * n_in; i++)
+		x[i] = frand() * (i % 89 == 7 ? 30 : 1);
+	for (unsigned k = 0; k < NTYPES; k++) {
+		const struct kvt_qtype *t = kvt_qtype(all[k]);
+
+		CHECK_EQ(kvt_quantize(all[k], q, w, (size_t)n_in * 70), 0);
+		kvt_dequant_ref(all[k], wd, q, (size_t)n_in * 70 / t->blk);
+		for (unsigned oi = 0; oi < 2; oi++)
+		for (unsigned ri = 0; ri < sizeof(rowss) / sizeof(rowss[0]); ri++) {
+			struct kvt_mat m = { q, all[k], n_in, outs[oi] };
+			unsigned rows = rowss[ri];
+
+			CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
+			kvt_cpu_set_amx(0);
+			CHECK_EQ(kvt_matmul(pool, ye, x, rows, &m), 0);
+			kvt_cpu_set_amx(1);
+			CHECK(memcmp(y, ye, (size_t)rows * m.n_out * 4) != 0);	/* the tiles ran */
+			for (unsigned r = 0; r < rows; r++)
+				for (unsigned o = 0; o < m.n_out; o++) {
+					double sb = 0, se = 0, mag = 0;
+					for (unsigned i = 0; i < n_in; i++) {
+						float a = wd[o * n_in + i], b = x[r * n_in + i];
+						sb += (double)bf16_round(a) * bf16_round(b);
+						se += (double)a * b;
+						mag += fabs((double)a * b);
+					}
+					double got = y[r * m.n_out + o], e = fabs(got - sb) / (mag + 1e-30);
+					/* f32 sums of products that are exact in f32 */
+					CHECK(e <= 1e-5);
+					worst_bf = fmax(worst_bf, e);
+					/* each factor within 2^-9 of its value */
+					e = fabs(got - se) / (mag + 1e-30);
+					CHECK(e <= 1.0 / 256 + 1e-5);
+					worst_exact = fmax(worst_exact, e);
+				}
+			cases++;
+		}
+		/* Three products of one x share its tiles: the same floats. */
+		struct kvt_mat m3[3] = { { q, all[k], n_in, 40 }, { q, all[k], n_in, 70 },
+					 { q, all[k], n_in, 33 } };
+		const struct kvt_mat *mp[3] = { &m3[0], &m3[1], &m3[2] };
+		for (unsigned i = 0; i < 3; i++)
+			CHECK((y3[i] = malloc((size_t)R * 70 * 4)) != NULL);
+		CHECK_EQ(kvt_matmul_n(pool, 3, y3, x, 45, mp), 0);
+		for (unsigned i = 0; i < 3; i++) {
+			CHECK_EQ(kvt_matmul(pool, y, x, 45, &m3[i]), 0);
+			CHECK(memcmp(y, y3[i], (size_t)45 * m3[i].n_out * 4) == 0);
+			free(y3[i]);
+		}
+	}
+	printf("amx: %u products, every block type: within %.1e of the bf16 product, %.1e of the exact "
+	       "(of sum |w x|)\n", cases, worst_bf, worst_exact);
+	free(w);
+	free(wd);
+	free(x);
+	free(y);
+	free(ye);
+	free(q);
+}
+
 /* ---- speed ---- */
 
 static double now_s(void)
@@ -561,6 +659,7 @@ int main(void)
 	test_simd();
 	test_matmul(pool);
 	test_int8(pool);
+	test_amx(pool);
 	test_refused();
 	bench_matvec(pool);
 	kvt_pool_free(pool);

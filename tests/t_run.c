@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tests/common.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernels.h"
 
 static char bin[1024], mk[1024], dir[1024], model[1200];
@@ -102,8 +103,10 @@ int main(void)
 	CHECK(strstr(out, "\"pager\":{"));
 	/* The GEMM path is named, and kvt-run never runs OpenBLAS kernels
 	 * weaker than the cpu has unless told to keep them. */
-	CHECK(strstr(out, "GEMM: OpenBLAS "));
+	CHECK(strstr(out, "GEMM: ") && strstr(out, "OpenBLAS "));
 	CHECK(!strstr(out, "weaker than this cpu"));
+	/* and the tiles, where the cpu has them */
+	CHECK(!strstr(out, "AMX bf16 tiles for the block types") == !kvt_amx());
 	if (kvt_blas_core_wanted()) {
 		CHECK_EQ(run("KVT_BLAS_KEEP=1 %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);
 		CHECK(strstr(out, "weaker than this cpu (set OPENBLAS_CORETYPE="));

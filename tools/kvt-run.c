@@ -733,7 +733,7 @@ struct run {
 	double t_load, t_prefill, t_decode;	/* seconds */
 	struct kvt_stats st0;			/* the pager's, as decode began */
 	FILE *dump;				/* --dump-logits */
-	char kernels[160];			/* what the engine computes with */
+	char kernels[320];			/* what the engine computes with */
 };
 
 /* The prompt's token ids, read or tokenized, and the context they need

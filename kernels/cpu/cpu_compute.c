@@ -14,6 +14,7 @@
 
 #include "kernels/compute.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 
@@ -81,10 +82,11 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 	static const char *const simd[] = { "portable C", "AVX2", "AVX-512" };
 
 	const char *want = kvt_blas_core_wanted(), *was = getenv("KVT_BLAS_CHOSE");
-	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; %s; GEMM: OpenBLAS %s",
+	int q = kvt_qdots(KVT_W_Q4_K) != NULL;
+	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; %s; GEMM: %sOpenBLAS %s",
 			 simd[kvt_cpu_simd()], ((struct cpu_cx *)ctx)->nthreads,
-			 kvt_qdots(KVT_W_Q4_K) ? "int8 dots for the block types" :
-			 "f32 activations", kvt_blas_core());
+			 q ? "int8 dots for the block types" : "f32 activations",
+			 q && kvt_amx() ? "AMX bf16 tiles for the block types, " : "", kvt_blas_core());
 
 	if (n < 0 || (size_t)n >= len)
 		return;

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
 
@@ -1121,6 +1122,7 @@ struct mm_job {
 	kvt_qdots_fn	 qdots;		/* integer dots on x rounded to 8 bits: before all */
 	const float	*xs;		/* (rows, n_in / 32): sums of x, for q4_k */
 	const struct kvt_xq *xq;	/* x rounded, for qdots */
+	const struct kvt_xb *xb;	/* x as bf16 tiles, for AMX */
 	float		*scratch;	/* (threads, blk, n_in): converted weight rows */
 };
 
@@ -1181,6 +1183,79 @@ static void mm_gemm_task(void *arg, unsigned task, unsigned thread)
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->rows, (int)nb, (int)w->n_in,
 		    1.0f, j->x, (int)w->n_in, b, (int)w->n_in, 0.0f, j->y + o0, (int)w->n_out);
+}
+
+/* AMX: 32 weight rows dequantized into this thread's scratch (one row of
+ * f32, then the rows as bf16 tiles), multiplied against every row of x. */
+#define AMX_ROWS	32
+
+static size_t amx_scratch(unsigned n_in)
+{
+	return ((size_t)n_in * sizeof(float) + kvt_amx_wbytes(n_in) + 63) & ~(size_t)63;
+}
+
+static void mm_amx_task(void *arg, unsigned task, unsigned thread)
+{
+	const struct mm_job *j = arg;
+	const struct kvt_mat *w = j->w;
+	unsigned o0 = task * AMX_ROWS, n = w->n_out - o0 < AMX_ROWS ? w->n_out - o0 : AMX_ROWS;
+	char *s = (char *)j->scratch + (size_t)thread * amx_scratch(w->n_in);
+	uint16_t *wb = (uint16_t *)s;
+	float *f = (float *)(s + kvt_amx_wbytes(w->n_in));
+
+	if (n < AMX_ROWS)
+		memset(wb, 0, kvt_amx_wbytes(w->n_in));
+	for (unsigned k = 0; k < n; k++) {
+		row_to_f32(f, w->type, (const char *)w->data + (size_t)(o0 + k) * j->rb, 0, w->n_in,
+			   j->simd);
+		kvt_amx_pack(wb, k, f, w->n_in);
+	}
+	kvt_amx_rows(j->y + o0, w->n_out, wb, n, j->xb);
+}
+
+/* The products that take AMX: x rounded already (the block types, with
+ * their integer dots on) and rows enough for sgemm otherwise. */
+static int amx_takes(const struct kvt_mat *w)
+{
+	return kvt_qdots(w->type) && w->n_in % 32 == 0 && kvt_amx();
+}
+
+struct xb_job {
+	struct kvt_xb	*xb;
+	const float	*x;
+};
+
+static void xb_task(void *arg, unsigned task, unsigned thread)
+{
+	const struct xb_job *j = arg;
+
+	kvt_xb_fill(j->xb, j->x, task);
+}
+
+/* x as bf16 tiles, a block of 16 tokens a task. 0 or -ENOMEM. */
+static int xb_make(struct kvt_pool *pool, struct kvt_xb *xb, const float *x, unsigned rows,
+		   unsigned n_in)
+{
+	struct xb_job j = { xb, x };
+	int ret = kvt_xb_alloc(xb, rows, n_in);
+
+	if (!ret)
+		kvt_pool_run(pool, xb_task, &j, xb->blocks);
+	return ret;
+}
+
+/* y = x . w^T on tiles, x already as xb. 0 or -ENOMEM. */
+static int mm_amx(struct kvt_pool *pool, float *y, const struct kvt_mat *w, const struct kvt_xb *xb)
+{
+	unsigned nt = kvt_pool_threads(pool);
+	struct mm_job j = { .y = y, .w = w, .rb = row_bytes(w->type, w->n_in),
+			    .simd = kvt_cpu_simd(), .xb = xb };
+
+	if (!(j.scratch = aligned_alloc(64, nt * amx_scratch(w->n_in))))
+		return -ENOMEM;
+	kvt_pool_run(pool, mm_amx_task, &j, (w->n_out + AMX_ROWS - 1) / AMX_ROWS);
+	free(j.scratch);
+	return 0;
 }
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -1374,6 +1449,20 @@ int kvt_matmul_n(struct kvt_pool *pool, unsigned n, float *const *y, const float
 	for (k = 0; fuse && k < n; k++)
 		fuse = small_rows(w[k], rows) && w[k]->n_in && w[k]->n_out &&
 		       row_bytes(w[k]->type, w[k]->n_in);
+	if (!fuse && rows >= SMALL_ROWS_CONV) {
+		struct kvt_xb xb;
+
+		for (k = 0; k < n && amx_takes(w[k]) && w[k]->n_in == w[0]->n_in && w[k]->n_out; k++)
+			;
+		if (n > 1 && k == n) {
+			if ((ret = xb_make(pool, &xb, x, rows, w[0]->n_in)))
+				return ret;
+			for (k = 0; k < n && !ret; k++)
+				ret = mm_amx(pool, y[k], w[k], &xb);
+			kvt_xb_free(&xb);
+			return ret;
+		}
+	}
 	if (!fuse) {
 		for (k = 0; k < n; k++)
 			if ((ret = kvt_matmul(pool, y[k], x, rows, w[k])))
@@ -1420,6 +1509,16 @@ int kvt_matmul(struct kvt_pool *pool, float *y, const float *x, unsigned rows,
 		kvt_pool_run(pool, mm_small_task, &j, tasks);
 		prep_free(&prep);
 		return 0;
+	}
+	if (amx_takes(w)) {
+		struct kvt_xb xb;
+		int r;
+
+		if ((r = xb_make(pool, &xb, x, rows, w->n_in)))
+			return r;
+		r = mm_amx(pool, y, w, &xb);
+		kvt_xb_free(&xb);
+		return r;
 	}
 	pthread_once(&blas_once, blas_one_thread);
 	j.blk = (w->n_out + 2 * nt - 1) / (2 * nt);
