@@ -21,8 +21,10 @@
  *              accumulators then merged, against kvt_attn_dense and a
  *              dense reference written here; f16 and f32 KV, GQA and MHA,
  *              one row and many (causal, with rows that see nothing of a
- *              page, or of anything). Bound: per (row, head), max |out -
- *              ref| <= 1e-5 * max |ref|.
+ *              page, or of anything, and chunks whose rows all see the
+ *              pages before them whole: those are gathered and folded up
+ *              to KVT_ATTN_PEND tokens at a time). Bound: per (row,
+ *              head), max |out - ref| <= 1e-5 * max |ref|.
  *
  * Then speed lines, printed and not checked: pool overhead, matvec GB/s of
  * weight bytes against a plain read of the same bytes, sgemm GFLOP/s,
@@ -701,11 +703,13 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	for (size_t i = 0; i < (size_t)rows * n_head * hd; i++)
 		q[i] = rndf() * qscale;
 	/* Rows: the last `rows` positions (prefill of a chunk), except that
-	 * with several rows one sees only the first token and one sees
-	 * beyond the end (everything). */
+	 * with an odd number of rows, three or more, one sees only the first
+	 * token and one sees beyond the end (everything). With an even
+	 * number the pages before the chunk are seen whole by every row, so
+	 * they are gathered and folded together (kvt_attn_flush). */
 	for (unsigned r = 0; r < rows; r++)
 		qpos[r] = n_ctx - rows + r;
-	if (rows > 2) {
+	if (rows > 2 && rows % 2) {
 		qpos[rndn(rows)] = 0;
 		qpos[rndn(rows)] = n_ctx + 5;
 	}

@@ -161,11 +161,23 @@ static double kernel_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned 
 		CHECK_EQ(kvt_attn_page(&plain, q, qpos, k + t0 * tok, v + t0 * tok, nt, t0), 0);
 	}
 	/* The partials cost nothing in accuracy: one accumulator fed both ways
-	 * is the same to the bit. */
+	 * is the same to the bit, unless the plain calls gathered whole pages
+	 * to fold them together (more than four query vectors per KV head:
+	 * kvt_attn_flush), which sums in another order. */
 	if (n_acc == 1) {
 		kvt_attn_finish(&acc[0], o1);
 		kvt_attn_finish(&plain, o2);
-		CHECK(!memcmp(o1, o2, nh * hd * 4));
+		if (rows * (sh.n_head / sh.n_kv_heads) <= 4) {
+			CHECK(!memcmp(o1, o2, nh * hd * 4));
+		} else {
+			float big = 0, diff = 0;
+
+			for (size_t i = 0; i < nh * hd; i++) {
+				big = fmaxf(big, fabsf(o1[i]));
+				diff = fmaxf(diff, fabsf(o1[i] - o2[i]));
+			}
+			CHECK(diff <= 1e-5f * big);
+		}
 	}
 	for (unsigned a = 1; a < n_acc; a++)
 		kvt_attn_merge(&acc[0], &acc[a]);

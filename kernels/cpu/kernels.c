@@ -217,6 +217,33 @@ AVX2_INLINE __m256 exp8(__m256 x)
 	p = _mm256_mul_ps(p, _mm256_castsi256_ps(e1));
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e2));
 }
+
+/* exp8 on sixteen lanes: the same steps, so the same values. */
+AVX512_INLINE __m512 exp16(__m512 x)
+{
+	__m512 n, r, p;
+	__m512i ni, e1, e2;
+
+	x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	p = _mm512_set1_ps(1.9875691500e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	ni = _mm512_cvtps_epi32(n);
+	e1 = _mm512_srai_epi32(ni, 1);
+	e2 = _mm512_sub_epi32(ni, e1);
+	e1 = _mm512_slli_epi32(_mm512_add_epi32(e1, _mm512_set1_epi32(127)), 23);
+	e2 = _mm512_slli_epi32(_mm512_add_epi32(e2, _mm512_set1_epi32(127)), 23);
+	p = _mm512_mul_ps(p, _mm512_castsi512_ps(e1));
+	return _mm512_mul_ps(p, _mm512_castsi512_ps(e2));
+}
 #endif
 
 /* ---- RMSNorm, RoPE, SwiGLU ---- */
@@ -1576,12 +1603,14 @@ void kvt_attn_acc_reset(struct kvt_attn_acc *a)
 		a->l[i] = 0;
 	}
 	memset(a->o, 0, nh * a->sh.head_dim * sizeof(float));
+	a->pn = 0;
 }
 
 void kvt_attn_acc_free(struct kvt_attn_acc *a)
 {
 	free(a->m);
 	free(a->s);
+	free(a->pk);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -2123,6 +2152,34 @@ AVX512_INLINE void pv4_avx512_body(const struct attn_page *pg, const struct attn
 	float *const *o = gr->o;
 	unsigned hd = pg->hd, d = 0;
 
+	/* 64 dims a pass where there are: each V row read once for the
+	 * four, four loads and four broadcasts a sixteen FMAs */
+	for (; d + 64 <= hd; d += 64) {
+		const __m512 cs[4] = { c0, c1, c2, c3 };
+		__m512 acc[4][4];
+
+		for (unsigned s = 0; s < 4; s++)
+			for (unsigned j = 0; j < 4; j++)
+				acc[s][j] = _mm512_mul_ps(_mm512_loadu_ps(o[s] + d + 16 * j), cs[s]);
+		for (unsigned t = t0; t < T; t++) {
+			const void *vr = kv_at(pg->v, t * pg->vst + d, f16);
+			__m512 v0 = kv_load16(vr, f16), v1 = kv_load16(kv_at(vr, 16, f16), f16);
+			__m512 v2 = kv_load16(kv_at(vr, 32, f16), f16);
+			__m512 v3 = kv_load16(kv_at(vr, 48, f16), f16);
+
+			for (unsigned s = 0; s < 4; s++) {
+				__m512 p = _mm512_set1_ps(pg->S[s * pg->sst + t]);
+
+				acc[s][0] = _mm512_fmadd_ps(p, v0, acc[s][0]);
+				acc[s][1] = _mm512_fmadd_ps(p, v1, acc[s][1]);
+				acc[s][2] = _mm512_fmadd_ps(p, v2, acc[s][2]);
+				acc[s][3] = _mm512_fmadd_ps(p, v3, acc[s][3]);
+			}
+		}
+		for (unsigned s = 4; s-- > 0;)
+			for (unsigned j = 0; j < 4; j++)
+				_mm512_storeu_ps(o[s] + d + 16 * j, acc[s][j]);
+	}
 	for (; d + 32 <= hd; d += 32) {
 		__m512 o00 = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d), c0);
 		__m512 o01 = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d + 16), c0);
@@ -2196,6 +2253,49 @@ AVX512 static void pv4_avx512(const struct attn_page *pg, const struct attn_grou
 		pv4_avx512_body(pg, gr, t0, T, 1);
 	else
 		pv4_avx512_body(pg, gr, t0, T, 0);
+}
+
+/* Scores of four queries against K turned on its side (the gathered
+ * pages: row d of K^T at k + d * kst, f32), 64 tokens a pass: each
+ * element of K^T read once for the four, no sums across lanes. Reads
+ * whole vectors past T (the rows are KVT_ATTN_PEND long, T at most that);
+ * stores only below T. */
+AVX512 static void scores4t_avx512(const struct attn_page *pg, const struct attn_group *gr,
+				   unsigned T)
+{
+	const float *kt = pg->k, *const *q = gr->q;
+	const __m512 sc = _mm512_set1_ps(pg->scale);
+	unsigned hd = pg->hd;
+
+	for (unsigned t0 = 0; t0 < T; t0 += 64) {
+		__m512 a[4][4];
+
+		for (unsigned s = 0; s < 4; s++)
+			for (unsigned j = 0; j < 4; j++)
+				a[s][j] = _mm512_setzero_ps();
+		for (unsigned d = 0; d < hd; d++) {
+			const float *kr = kt + d * pg->kst + t0;
+			__m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16);
+			__m512 k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_loadu_ps(kr + 48);
+
+			for (unsigned s = 0; s < 4; s++) {
+				__m512 x = _mm512_set1_ps(q[s][d]);
+
+				a[s][0] = _mm512_fmadd_ps(x, k0, a[s][0]);
+				a[s][1] = _mm512_fmadd_ps(x, k1, a[s][1]);
+				a[s][2] = _mm512_fmadd_ps(x, k2, a[s][2]);
+				a[s][3] = _mm512_fmadd_ps(x, k3, a[s][3]);
+			}
+		}
+		for (unsigned j = 0; j < 4 && t0 + 16 * j < T; j++) {
+			unsigned left = T - t0 - 16 * j;
+			__mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+
+			for (unsigned s = 0; s < 4; s++)
+				_mm512_mask_storeu_ps(pg->S + s * pg->sst + t0 + 16 * j, m,
+						      _mm512_mul_ps(a[s][j], sc));
+		}
+	}
 }
 
 /* One live query, as scores1_avx2 and pv1_avx2. */
@@ -2428,6 +2528,49 @@ AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
 	}
 	return sum;
 }
+
+AVX512 static float exp_sum_avx512(float *S, unsigned nv, float m)
+{
+	__m512 mv = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+	unsigned t = 0;
+	float sum;
+
+	for (; t + 16 <= nv; t += 16) {
+		__m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + t), mv));
+		_mm512_storeu_ps(S + t, e);
+		acc = _mm512_add_ps(acc, e);
+	}
+	sum = hsum8(fold16(acc));
+	for (; t < nv; t++) {
+		S[t] = expf(S[t] - m);
+		sum += S[t];
+	}
+	return sum;
+}
+
+/* max over S[0..nv), NaNs passed over as the scalar loop does. */
+AVX2 static float max_avx2(const float *S, unsigned nv)
+{
+	__m256 a = _mm256_set1_ps(-INFINITY), b = a;
+	__m128 x;
+	unsigned t = 0;
+	float m;
+
+	for (; t + 16 <= nv; t += 16) {
+		a = _mm256_max_ps(_mm256_loadu_ps(S + t), a);
+		b = _mm256_max_ps(_mm256_loadu_ps(S + t + 8), b);
+	}
+	for (; t + 8 <= nv; t += 8)
+		a = _mm256_max_ps(_mm256_loadu_ps(S + t), a);
+	a = _mm256_max_ps(a, b);
+	x = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+	x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+	m = _mm_cvtss_f32(x);
+	for (; t < nv; t++)
+		m = S[t] > m ? S[t] : m;
+	return m;
+}
 #endif
 
 /* Step 2 for slot s of a group; T is the group's token count. */
@@ -2442,12 +2585,19 @@ static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsi
 		memset(S, 0, T * sizeof(float));
 		return;
 	}
-	for (unsigned t = 0; t < nv; t++)
-		mx = S[t] > mx ? S[t] : mx;
+#ifdef KVT_X86
+	if (simd)
+		mx = max_avx2(S, nv);
+	else
+#endif
+		for (unsigned t = 0; t < nv; t++)
+			mx = S[t] > mx ? S[t] : mx;
 	m = mx > m_old ? mx : m_old;
 	gr->c[s] = m_old == -INFINITY ? 0 : expf(m_old - m);
 #ifdef KVT_X86
-	if (simd)
+	if (simd >= 2)
+		sum = exp_sum_avx512(S, nv, m);
+	else if (simd)
 		sum = exp_sum_avx2(S, nv, m);
 	else
 #endif
@@ -2533,6 +2683,181 @@ static void q8_run(float *dst, const uint8_t *src, unsigned nblk, int simd)
 	kvt_dequant(KVT_W_Q8_0, dst, src, nblk, simd);
 }
 
+/* The kernels for head_dim hd on this cpu. */
+static void attn_kernels_pick(struct attn_kernels *kn, unsigned hd)
+{
+	*kn = (struct attn_kernels){ .scores = { [3] = scores4_scalar }, .pv = { [3] = pv4_scalar },
+				     .simd = kvt_cpu_simd() };
+#ifdef KVT_X86
+	if (kn->simd >= 2 && hd % 16 == 0) {
+		*kn = (struct attn_kernels){
+			.scores = { scores1_avx512, scores2_avx512, NULL, scores4_avx512 },
+			.pv = { pv1_avx512, pv2_avx512, NULL, pv4_avx512 }, .simd = kn->simd };
+	} else if (kn->simd) {
+		*kn = (struct attn_kernels){
+			.scores = { scores1_avx2, scores2_avx2, NULL, scores4_avx2 },
+			.pv = { pv1_avx2, pv2_avx2, NULL, pv4_avx2 }, .simd = kn->simd };
+	}
+#endif
+}
+
+/* KV head g's K and V rows of a page (ntok tokens) as f32, hd apart. */
+static void gather_head(const struct kvt_attn_shape *sh, float *kf, float *vf, const void *k,
+			const void *v, unsigned g, unsigned ntok, int simd)
+{
+	size_t kvst = (size_t)sh->n_kv_heads * sh->head_dim;
+	unsigned hd = sh->head_dim;
+
+	for (unsigned t = 0; t < ntok; t++) {
+		size_t src = t * kvst + g * hd, dst = (size_t)t * hd;
+
+		if (sh->kv_type == KVT_KV_Q8_0) {
+			size_t b = kvt_kv_bytes(KVT_KV_Q8_0, src);
+
+			q8_run(kf + dst, (const uint8_t *)k + b, hd / 32, simd);
+			q8_run(vf + dst, (const uint8_t *)v + b, hd / 32, simd);
+		} else if (sh->kv_type == KVT_KV_F16) {
+			kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
+			kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
+		} else {
+			memcpy(kf + dst, (const float *)k + src, hd * sizeof(float));
+			memcpy(vf + dst, (const float *)v + src, hd * sizeof(float));
+		}
+	}
+}
+
+/* The query vectors of KV head g, four at a time, against the page pg
+ * (ntok tokens at pos0; qpos NULL: every row sees all of them). The
+ * scratch at a->s holds the dummy o, m and l, then pg->S. */
+static void fold_head(struct kvt_attn_acc *a, const struct attn_page *pg,
+		      const struct attn_kernels *kn, unsigned g, const float *q,
+		      const uint32_t *qpos, uint32_t pos0, unsigned ntok, float *pm, float *pl)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G;
+	float *dummy = a->s;
+
+	/* Query vector i of this KV head: row i / G, head g G + i % G. */
+	for (unsigned i0 = 0; i0 < nq; i0 += 4) {
+		struct attn_group gr;
+
+		for (unsigned s = 0; s < 4; s++) {
+			unsigned i = i0 + s, r = i / G;
+			size_t rh = (size_t)r * sh->n_head + g * G + i % G;
+
+			if (i >= nq) {
+				gr.q[s] = gr.q[0];
+				gr.o[s] = dummy;
+				gr.m[s] = dummy + hd;
+				gr.l[s] = dummy + hd + 1;
+				gr.pm[s] = gr.pl[s] = NULL;
+				gr.nv[s] = 0;
+				continue;
+			}
+			gr.q[s] = q + rh * hd;
+			gr.o[s] = a->o + rh * hd;
+			gr.m[s] = a->m + rh;
+			gr.l[s] = a->l + rh;
+			gr.pm[s] = pm ? pm + rh : NULL;
+			gr.pl[s] = pm ? pl + rh : NULL;
+			gr.nv[s] = qpos ? visible(qpos[r], pos0, ntok) : ntok;
+		}
+		attend_group(pg, &gr, kn);
+	}
+}
+
+/* a->s at least need floats: 0 or -ENOMEM. */
+static int attn_scratch(struct kvt_attn_acc *a, size_t need)
+{
+	if (need > a->s_cap) {
+		float *s = realloc(a->s, need * sizeof(float));
+		if (!s)
+			return -ENOMEM;
+		a->s = s;
+		a->s_cap = need;
+	}
+	return 0;
+}
+
+/* The gathered pages keep K turned on its side where the cpu has
+ * AVX-512 (scores4t_avx512), else as rows. */
+static int pend_kt(unsigned hd)
+{
+#ifdef KVT_X86
+	return kvt_cpu_simd() >= 2 && hd % 16 == 0;
+#else
+	return 0;
+#endif
+}
+
+void kvt_attn_flush(struct kvt_attn_acc *a)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	unsigned hd = sh->head_dim;
+	struct attn_page pg = { .sst = a->pn, .hd = hd, .scale = sh->scale, .kst = hd, .vst = hd };
+	struct attn_kernels kn;
+
+	if (!a->pn)
+		return;
+	attn_kernels_pick(&kn, hd);
+#ifdef KVT_X86
+	if (a->pkt) {
+		kn.scores[0] = kn.scores[1] = kn.scores[3] = scores4t_avx512;
+		pg.kst = KVT_ATTN_PEND;
+	}
+#endif
+	memset(a->s, 0, (hd + 2) * sizeof(float));	/* room made when the pages came */
+	pg.S = a->s + hd + 2;
+	for (unsigned g = 0; g < sh->n_kv_heads; g++) {
+		pg.k = a->pk + (size_t)g * 2 * KVT_ATTN_PEND * hd;
+		pg.v = (const float *)pg.k + (size_t)KVT_ATTN_PEND * hd;
+		fold_head(a, &pg, &kn, g, a->pq, NULL, 0, a->pn, NULL, NULL);
+	}
+	a->pn = 0;
+}
+
+/* A page every row sees whole, gathered to be folded with the next:
+ * 0 or -ENOMEM. */
+static int attn_pend(struct kvt_attn_acc *a, const float *q, const void *k, const void *v,
+		     unsigned ntok, int simd)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	unsigned hd = sh->head_dim;
+	int r;
+
+	int kt = pend_kt(hd);
+
+	if (a->pn && (a->pq != q || a->pn + ntok > KVT_ATTN_PEND || a->pkt != kt))
+		kvt_attn_flush(a);
+	if (!a->pk) {
+		/* zeroed: the AVX-512 scores read whole vectors past the tokens */
+		a->pk = calloc((size_t)(sh->n_kv_heads * 2 + 1) * KVT_ATTN_PEND * hd, sizeof(float));
+		if (!a->pk)
+			return -ENOMEM;
+	}
+	/* the scores, and the rows of K before they are turned */
+	if ((r = attn_scratch(a, hd + 2 + 4 * (size_t)KVT_ATTN_PEND)))
+		return r;
+	for (unsigned g = 0; g < sh->n_kv_heads; g++) {
+		float *kb = a->pk + (size_t)g * 2 * KVT_ATTN_PEND * hd, *vb = kb + (size_t)KVT_ATTN_PEND * hd;
+		float *rows = a->pk + (size_t)sh->n_kv_heads * 2 * KVT_ATTN_PEND * hd;
+
+		if (!kt) {
+			gather_head(sh, kb + (size_t)a->pn * hd, vb + (size_t)a->pn * hd, k, v, g, ntok,
+				    simd);
+			continue;
+		}
+		gather_head(sh, rows, vb + (size_t)a->pn * hd, k, v, g, ntok, simd);
+		for (unsigned t = 0; t < ntok; t++)
+			for (unsigned d = 0; d < hd; d++)
+				kb[(size_t)d * KVT_ATTN_PEND + a->pn + t] = rows[(size_t)t * hd + d];
+	}
+	a->pkt = kt;
+	a->pn += ntok;
+	a->pq = q;
+	return 0;
+}
+
 /*
  * Scratch in a->s, in floats: a dummy o, m and l (hd + 2), the scores
  * (4, ntok), and when K and V are gathered (see above) one KV head's K and
@@ -2549,30 +2874,22 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 			  float *pm, float *pl)
 {
 	const struct kvt_attn_shape *sh = &a->sh;
-	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G, nmax = 0;
+	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G;
+	unsigned nmax = 0, nmin = ntok;
 	size_t need, kvst = (size_t)sh->n_kv_heads * hd;
 	struct attn_page pg = { .sst = ntok, .hd = hd, .scale = sh->scale };
-	struct attn_kernels kn = { .scores = { [3] = scores4_scalar }, .pv = { [3] = pv4_scalar },
-				   .simd = kvt_cpu_simd() };
-	int gather = 1;
-	float *dummy;
+	struct attn_kernels kn;
+	int gather = 1, ret;
 
+	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
-	if (kn.simd >= 2 && hd % 16 == 0) {
-		kn = (struct attn_kernels){
-			.scores = { scores1_avx512, scores2_avx512, NULL, scores4_avx512 },
-			.pv = { pv1_avx512, pv2_avx512, NULL, pv4_avx512 }, .simd = kn.simd };
-	} else if (kn.simd) {
-		kn = (struct attn_kernels){
-			.scores = { scores1_avx2, scores2_avx2, NULL, scores4_avx2 },
-			.pv = { pv1_avx2, pv2_avx2, NULL, pv4_avx2 }, .simd = kn.simd };
-	}
 	if (kn.simd && nq <= 4 && sh->kv_type != KVT_KV_Q8_0)
 		gather = 0;	/* q8_0 is always dequantized, a head at a time */
 #endif
 	for (unsigned r = 0; r < sh->rows; r++) {
 		unsigned nv = visible(qpos[r], pos0, ntok);
 		nmax = nv > nmax ? nv : nmax;
+		nmin = nv < nmin ? nv : nmin;
 	}
 	if (pm)
 		for (size_t i = 0; i < (size_t)sh->rows * sh->n_head; i++) {
@@ -2581,19 +2898,15 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 		}
 	if (!nmax)
 		return 0;
+	if (gather && nq > 4 && !pm && nmin == ntok && ntok <= KVT_ATTN_PEND)
+		return attn_pend(a, q, k, v, ntok, kn.simd);
 	need = hd + 2 + 4 * (size_t)ntok;
 	if (gather)
 		need += 2 * (size_t)nmax * hd;
-	if (need > a->s_cap) {
-		float *s = realloc(a->s, need * sizeof(float));
-		if (!s)
-			return -ENOMEM;
-		a->s = s;
-		a->s_cap = need;
-	}
-	dummy = a->s;
-	memset(dummy, 0, (hd + 2) * sizeof(float));
-	pg.S = dummy + hd + 2;
+	if ((ret = attn_scratch(a, need)))
+		return ret;
+	memset(a->s, 0, (hd + 2) * sizeof(float));
+	pg.S = a->s + hd + 2;
 
 #ifdef KVT_X86
 	/* Read in place, each KV head walks the page's rows kvst apart, a
@@ -2612,22 +2925,7 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 		if (gather) {
 			float *kf = pg.S + 4 * (size_t)ntok, *vf = kf + (size_t)nmax * hd;
 
-			for (unsigned t = 0; t < nmax; t++) {
-				size_t src = t * kvst + g * hd, dst = (size_t)t * hd;
-
-				if (sh->kv_type == KVT_KV_Q8_0) {
-					size_t b = kvt_kv_bytes(KVT_KV_Q8_0, src);
-
-					q8_run(kf + dst, (const uint8_t *)k + b, hd / 32, kn.simd);
-					q8_run(vf + dst, (const uint8_t *)v + b, hd / 32, kn.simd);
-				} else if (sh->kv_type == KVT_KV_F16) {
-					kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
-					kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
-				} else {
-					memcpy(kf + dst, (const float *)k + src, hd * sizeof(float));
-					memcpy(vf + dst, (const float *)v + src, hd * sizeof(float));
-				}
-			}
+			gather_head(sh, kf, vf, k, v, g, nmax, kn.simd);
 			pg.k = kf;
 			pg.v = vf;
 			pg.kst = pg.vst = hd;
@@ -2643,42 +2941,18 @@ int kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t
 			pg.kst = pg.vst = kvst;
 			pg.f16 = 0;
 		}
-		/* Query vector i of this KV head: row i / G, head g G + i % G. */
-		for (unsigned i0 = 0; i0 < nq; i0 += 4) {
-			struct attn_group gr;
-
-			for (unsigned s = 0; s < 4; s++) {
-				unsigned i = i0 + s, r = i / G;
-				size_t rh = (size_t)r * sh->n_head + g * G + i % G;
-
-				if (i >= nq) {
-					gr.q[s] = gr.q[0];
-					gr.o[s] = dummy;
-					gr.m[s] = dummy + hd;
-					gr.l[s] = dummy + hd + 1;
-					gr.pm[s] = gr.pl[s] = NULL;
-					gr.nv[s] = 0;
-					continue;
-				}
-				gr.q[s] = q + rh * hd;
-				gr.o[s] = a->o + rh * hd;
-				gr.m[s] = a->m + rh;
-				gr.l[s] = a->l + rh;
-				gr.pm[s] = pm ? pm + rh : NULL;
-				gr.pl[s] = pm ? pl + rh : NULL;
-				gr.nv[s] = visible(qpos[r], pos0, ntok);
-			}
-			attend_group(&pg, &gr, &kn);
-		}
+		fold_head(a, &pg, &kn, g, q, qpos, pos0, ntok, pm, pl);
 	}
 	return 0;
 }
 
-void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src)
+void kvt_attn_merge(struct kvt_attn_acc *dst, struct kvt_attn_acc *src)
 {
 	size_t nh = (size_t)dst->sh.rows * dst->sh.n_head;
 	unsigned hd = dst->sh.head_dim;
 
+	kvt_attn_flush(dst);
+	kvt_attn_flush(src);
 	for (size_t i = 0; i < nh; i++) {
 		float sm = src->m[i], dm = dst->m[i], m, cd, cs;
 		float *o = dst->o + i * hd;
@@ -2702,12 +2976,13 @@ void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src)
 	}
 }
 
-void kvt_attn_mass(const struct kvt_attn_acc *a, const float *pm, const float *pl,
+void kvt_attn_mass(struct kvt_attn_acc *a, const float *pm, const float *pl,
 		   unsigned n_pages, float *mass)
 {
 	size_t nh = (size_t)a->sh.rows * a->sh.n_head, n = 0;
 	float inv;
 
+	kvt_attn_flush(a);
 	for (unsigned j = 0; j < n_pages; j++)
 		mass[j] = 0;
 	for (size_t i = 0; i < nh; i++) {
@@ -2730,11 +3005,12 @@ void kvt_attn_mass(const struct kvt_attn_acc *a, const float *pm, const float *p
 		mass[j] *= inv;
 }
 
-void kvt_attn_finish(const struct kvt_attn_acc *a, float *out)
+void kvt_attn_finish(struct kvt_attn_acc *a, float *out)
 {
 	size_t nh = (size_t)a->sh.rows * a->sh.n_head;
 	unsigned hd = a->sh.head_dim;
 
+	kvt_attn_flush(a);
 	for (size_t i = 0; i < nh; i++) {
 		float inv = a->l[i] > 0 ? 1.0f / a->l[i] : 0;
 		for (unsigned d = 0; d < hd; d++)

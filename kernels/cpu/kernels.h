@@ -169,7 +169,18 @@ struct kvt_attn_acc {
 	float *o;			/* (rows, n_head, head_dim) */
 	float *s;			/* scratch for kvt_attn_page, grown as needed */
 	size_t s_cap;			/* floats at s */
+	/* Whole pages every row sees, of a call with many queries, gathered
+	 * as f32 to be folded in together (kvt_attn_flush): (n_kv_heads, 2,
+	 * KVT_ATTN_PEND, head_dim), K then V (K as (head_dim,
+	 * KVT_ATTN_PEND) where pkt is set), then one head's K rows; pn
+	 * tokens there, for the queries at pq. */
+	float *pk;
+	const float *pq;
+	unsigned pn;
+	int pkt;
 };
+
+#define KVT_ATTN_PEND	128	/* tokens gathered before they are folded */
 
 /* Allocates m, l and o, and resets them: 0, -ENOMEM, or -EINVAL (a zero
  * dimension, n_head not a multiple of n_kv_heads, an unknown kv_type). */
@@ -203,12 +214,19 @@ int  kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_
  * kvt_attn_page_partial wrote them and a's merged m and l. The masses of
  * all pages sum to 1 (up to rounding) when every page was folded in; a
  * page whose pm is -inf gets 0. All zeros when no pair saw anything. */
-void kvt_attn_mass(const struct kvt_attn_acc *a, const float *pm, const float *pl,
+void kvt_attn_mass(struct kvt_attn_acc *a, const float *pm, const float *pl,
 		   unsigned n_pages, float *mass);
-/* dst += src, both of the same shape; src is left as it is. */
-void kvt_attn_merge(struct kvt_attn_acc *dst, const struct kvt_attn_acc *src);
+/* Fold in the pages kvt_attn_page has gathered and not folded yet: a
+ * page that every query row sees whole, in a call with more than four
+ * query vectors per KV head, is gathered and folded with the next ones,
+ * up to KVT_ATTN_PEND tokens at a time (the online softmax's steps, per
+ * query, come once for them all). The functions below flush first; m, l
+ * and o are whole only after a flush. */
+void kvt_attn_flush(struct kvt_attn_acc *a);
+/* dst += src, both of the same shape (src flushed first, then unchanged). */
+void kvt_attn_merge(struct kvt_attn_acc *dst, struct kvt_attn_acc *src);
 /* out (rows, n_head, head_dim); a row that saw nothing gets zeros. */
-void kvt_attn_finish(const struct kvt_attn_acc *a, float *out);
+void kvt_attn_finish(struct kvt_attn_acc *a, float *out);
 
 /*
  * Query-aware page selection (Quest, Tang et al. 2024): a page keeps the
