@@ -21,9 +21,11 @@
  *              rounded to bf16 (which is what the tiles multiply) and
  *              within the bf16 bound of the exact product; kvt_matmul_n's
  *              shared x the same as one product at a time;
- *   speed      (a figure, not a check) one row against 4096 x 4096
+ *   speed      (figures, not checks) one row against 4096 x 4096
  *              weights of each type, in G values/s, with f32 activations
- *              and, for the types that have them, integer dots;
+ *              and, for the types that have them, integer dots; and 256
+ *              rows against 1024 x 2816 q4_k weights (a prefill chunk's
+ *              down projection) on AMX tiles and through sgemm;
  *   refused    a model with an iq4_nl tensor is refused naming the tensor
  *              and the type; kvt-mkmodel's checker refuses a _K type on
  *              rows that are not whole blocks.
@@ -611,6 +613,46 @@ static void bench_matvec(struct kvt_pool *pool)
 	free(w);
 }
 
+/* 256 rows against 1024 x 2816 q4_k: the tiles against sgemm on the
+ * dequantized weights, best of five, G multiply-adds/s. A figure. */
+static void bench_gemm(struct kvt_pool *pool)
+{
+	const unsigned rows = 256, n_in = 2816, n_out = 1024;
+	float *w = malloc((size_t)n_in * n_out * 4), *x = malloc((size_t)rows * n_in * 4);
+	float *y = malloc((size_t)rows * n_out * 4);
+	uint8_t *q = malloc(kvt_mat_row_bytes(KVT_W_Q4_K, n_in) * n_out);
+	struct kvt_mat m = { q, KVT_W_Q4_K, n_in, n_out };
+
+	if (!kvt_amx() || t_scale(4) < 4)
+		goto out;
+	CHECK(w && x && y && q);
+	for (size_t i = 0; i < (size_t)n_in * n_out; i++)
+		w[i] = frand() * 0.05f;
+	for (size_t i = 0; i < (size_t)rows * n_in; i++)
+		x[i] = frand();
+	CHECK_EQ(kvt_quantize(KVT_W_Q4_K, q, w, (size_t)n_in * n_out), 0);
+	printf("speed: gemm, %u rows x %u x %u q4_k, %u threads, G multiply-adds/s:", rows, n_in, n_out,
+	       kvt_pool_threads(pool));
+	for (int amx = 1; amx >= 0; amx--) {
+		double best = 1e9;
+
+		kvt_cpu_set_amx(amx);
+		for (int rep = 0; rep < 5; rep++) {
+			double t0 = now_s();
+			CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
+			best = fmin(best, now_s() - t0);
+		}
+		printf(" %s %.1f", amx ? "AMX" : "sgemm", (double)rows * n_in * n_out / best / 1e9);
+	}
+	kvt_cpu_set_amx(1);
+	printf("\n");
+out:
+	free(w);
+	free(x);
+	free(y);
+	free(q);
+}
+
 /* ---- refused ---- */
 
 static void test_refused(void)
@@ -661,6 +703,7 @@ int main(void)
 	test_int8(pool);
 	test_amx(pool);
 	test_refused();
+	bench_gemm(pool);
 	bench_matvec(pool);
 	kvt_pool_free(pool);
 	return 0;

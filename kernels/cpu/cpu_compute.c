@@ -219,17 +219,22 @@ static int cpu_attn_begin(void *ctx, const struct kvt_attn_shape *sh, const floa
 	return 0;
 }
 
+/* The page the runtime said comes next (cpu_prefetch), on this thread:
+ * read while the next attn_pages call folds its pages. */
+static __thread const void *pf_next;
+static __thread size_t pf_bytes;
+
 static int cpu_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg, unsigned n)
 {
 	struct cpu_cx *c = ctx;
 	struct kvt_attn_acc *a = &c->acc[part];
+	const void *next = pf_next;
 	int r = 0;
 
+	pf_next = NULL;
 	for (unsigned i = 0; i < n && !r; i++)
-		r = pg[i].pm ? kvt_attn_page_partial(a, c->q, c->qpos, pg[i].k, pg[i].v, pg[i].ntok,
-						     pg[i].pos0, pg[i].pm, pg[i].pl)
-			     : kvt_attn_page(a, c->q, c->qpos, pg[i].k, pg[i].v, pg[i].ntok,
-					     pg[i].pos0);
+		r = kvt_attn_page_ahead(a, c->q, c->qpos, pg[i].k, pg[i].v, pg[i].ntok, pg[i].pos0,
+					pg[i].pm, pg[i].pl, i + 1 == n ? next : NULL, pf_bytes);
 	return r;
 }
 
@@ -251,7 +256,8 @@ static void cpu_attn_mass(void *ctx, const float *pm, const float *pl, unsigned 
 
 static void cpu_prefetch(void *ctx, const void *p, size_t bytes)
 {
-	kvt_cpu_prefetch(p, bytes);
+	pf_next = p;
+	pf_bytes = bytes;
 }
 
 const struct kvt_compute_ops kvt_cpu_compute = {

@@ -208,6 +208,12 @@ int  kvt_attn_page(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 int  kvt_attn_page_partial(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
 			   const void *k, const void *v, unsigned ntok, uint32_t pos0,
 			   float *pm, float *pl);
+/* kvt_attn_page_partial (pm NULL: kvt_attn_page) that also pulls the next
+ * page it will be given, next_bytes at next (NULL: none), into the caches
+ * a KV head's share at a time while it folds this one. */
+int  kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *qpos,
+			 const void *k, const void *v, unsigned ntok, uint32_t pos0,
+			 float *pm, float *pl, const void *next, size_t next_bytes);
 /* mass (n_pages): each page's share of the softmax mass, averaged over
  * the (row, head) pairs of a that saw any token (the query heads, in
  * decode), from the pages' partials pm, pl (n_pages, rows, n_head) as
