@@ -25,7 +25,8 @@
  *              weights of each type, in G values/s, with f32 activations
  *              and, for the types that have them, integer dots; and 256
  *              rows against 1024 x 2816 q4_k weights (a prefill chunk's
- *              down projection) on AMX tiles and through sgemm;
+ *              down projection) on AMX tiles and through sgemm (on the
+ *              kernels OpenBLAS chose: set OPENBLAS_CORETYPE for others);
  *   refused    a model with an iq4_nl tensor is refused naming the tensor
  *              and the type; kvt-mkmodel's checker refuses a _K type on
  *              rows that are not whole blocks.
@@ -642,7 +643,8 @@ static void bench_gemm(struct kvt_pool *pool)
 			CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
 			best = fmin(best, now_s() - t0);
 		}
-		printf(" %s %.1f", amx ? "AMX" : "sgemm", (double)rows * n_in * n_out / best / 1e9);
+		printf(" %s%s %.1f", amx ? "AMX" : "sgemm on OpenBLAS ", amx ? "" : kvt_blas_core(),
+		       (double)rows * n_in * n_out / best / 1e9);
 	}
 	kvt_cpu_set_amx(1);
 	printf("\n");
