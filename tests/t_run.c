@@ -107,6 +107,11 @@ int main(void)
 	CHECK(!strstr(out, "weaker than this cpu"));
 	/* and the tiles, where the cpu has them */
 	CHECK(!strstr(out, "AMX bf16 tiles for the block types") == !kvt_amx());
+	/* KVT_SIMD holds the kernels to AVX2 (or C) on a cpu with more */
+	if (kvt_cpu_simd() >= 1) {
+		CHECK_EQ(run("KVT_SIMD=1 %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);
+		CHECK(strstr(out, "AVX2 kernels") && !strstr(out, "AMX"));
+	}
 	if (kvt_blas_core_wanted()) {
 		CHECK_EQ(run("KVT_BLAS_KEEP=1 %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);
 		CHECK(strstr(out, "weaker than this cpu (set OPENBLAS_CORETYPE="));

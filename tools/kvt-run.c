@@ -65,7 +65,8 @@ static void usage(FILE *f)
 		"usage: kvt-run -m MODEL [-p TEXT | -f FILE | --prompt-ids FILE] [options]\n"
 		"\n"
 		"model and prompt\n"
-		"  -m, --model FILE      GGUF model (Llama family; F32, F16, BF16 or Q8_0)\n"
+		"  -m, --model FILE      GGUF model: llama or qwen2; F32, F16, BF16, Q4_0 to Q8_0,\n"
+		"                        Q2_K to Q6_K (the _S/_M/_L mixes)\n"
 		"  -p, --prompt TEXT     prompt text\n"
 		"  -f, --file FILE       prompt text from a file (long documents)\n"
 		"      --prompt-ids FILE prompt as whitespace-separated token ids\n"
@@ -118,7 +119,13 @@ static void usage(FILE *f)
 		"      --print-config    print the effective configuration and exit\n"
 		"      --tokenize        print the prompt's token ids (what --prompt-ids reads) and\n"
 		"                        exit\n"
-		"      --version         print the version and the build's features, and exit\n");
+		"      --version         print the version and the build's features, and exit\n"
+		"environment\n"
+		"  KVT_SIMD=0|1          hold the cpu kernels to portable C, or to AVX2\n"
+		"  KVT_EXACT_DOTS=1      quantized weights multiply f32 activations: no 8-bit\n"
+		"                        activations in decode, no bf16 tiles in prefill\n"
+		"  KVT_AMX=0             no AMX tiles for the prefill (OpenBLAS's sgemm)\n"
+		"  KVT_BLAS_KEEP=1       keep the kernels OpenBLAS chose, even if weaker than the cpu\n");
 }
 
 /* What lies behind an -EIO from the pager, as ": page 7 (...) lost:

@@ -143,9 +143,10 @@ void kvt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 void kvt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
 /* Which code the kernels run: 0 the portable C, 1 AVX2 with FMA and F16C,
- * 2 that and AVX-512F. The best the cpu has, unless lowered by
- * kvt_cpu_set_simd_max (tests use it to reach every path; call it between
- * kernel calls, never during one). */
+ * 2 that and AVX-512F. The best the cpu has, unless the environment holds
+ * it lower (KVT_SIMD=0 or 1, read once) or kvt_cpu_set_simd_max lowers it
+ * (tests use it to reach every path; call it between kernel calls, never
+ * during one). */
 int  kvt_cpu_simd(void);
 void kvt_cpu_set_simd_max(int level);
 

@@ -628,6 +628,7 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			const int odd = b + 1 == nb;	/* a last block alone: */
 			const uint8_t *b1 = odd ? b0 : b0 + bs;		/* twice, */
 			const float d0 = hscale(b0), d1 = odd ? 0 : hscale(b1);	/* once weighed */
+			const float m0 = mins ? hscale(b0 + 2) : 0, m1 = mins && !odd ? hscale(b1 + 2) : 0;
 			__m512i v;
 			__mmask64 neg = 0;
 
@@ -665,9 +666,9 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 				if (mins) {
 					const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + 2 * b;
 
-					macc[k][r] += hscale(b0 + 2) * dx[0] * (float)(xs[0] + xs[1]);
+					macc[k][r] += m0 * dx[0] * (float)(xs[0] + xs[1]);
 					if (!odd)
-						macc[k][r] += hscale(b1 + 2) * dx[1] * (float)(xs[2] + xs[3]);
+						macc[k][r] += m1 * dx[1] * (float)(xs[2] + xs[3]);
 				} else {
 					xv = _mm512_mask_sub_epi8(xv, neg, zero, xv);
 				}

@@ -34,6 +34,8 @@
 #                         decode for all of them where the cpu has AVX2,
 #                         kernels/cpu/qdots.h)
 #   q8_0 KV              5e-3 with f32 weights, 5e-2 with q8_0 (below)
+#   the block types again with kvt-run on its AVX2 kernels (KVT_SIMD=1,
+#                         rows marked -avx2): 5e-2
 #   the same weights dequantized to f32 (tof32.py), f32 KV: 1e-5, same
 #                         argmax: how each engine reads the weights, alone
 #                         (kvt-run with f32 activations: KVT_EXACT_DOTS=1)
@@ -154,7 +156,7 @@ check() {
 		return
 	}
 	for path in "$@"; do
-		local o=o-$m-$p-$kv-$path.bin extra=()
+		local o=o-$m${TAG:-}-$p-$kv-$path.bin extra=()
 		case $path in
 		dense) extra=(--dense) ;;
 		nvme) extra=(--fast 64K --host 64K --nvme-path "$W") ;;
@@ -169,7 +171,7 @@ sys.exit(json.load(open("o.json"))["pager"]["nvme_ops"] == 0)'; then
 		fi
 		local r
 		r=$(python3 "$src/cmp.py" $o $l 512 --max-rel $lim $am) || fails=$((fails + 1))
-		printf "%-10s %-6s %-4s %-7s %-30s %s\n" "$m${ref/#$m/}" $p $kv $path "$r" $lim
+		printf "%-10s %-6s %-4s %-7s %-30s %s\n" "$m${ref/#$m/}${TAG:-}" $p $kv $path "$r" $lim
 	done
 }
 for p in p50 p450; do
@@ -195,6 +197,11 @@ check f32 f32 p450 f32 1e-5 --argmax nvme
 check f32 f32 p450 f16 1e-3 --argmax nvme
 for t in $QTYPES; do
 	check $t $t p450 f16 5e-2 "" dense tiered
+done
+# The AVX2 kernels end to end (KVT_SIMD=1: integer dots on 256-bit
+# vectors, sgemm for the prefill), as a cpu without AVX-512 runs them.
+for t in q8_0 $QTYPES; do
+	KVT_SIMD=1 TAG=-avx2 check $t $t p450 f16 5e-2 "" dense
 done
 # How each engine reads the weights, alone: kvt-run keeps f32 activations
 # here (KVT_EXACT_DOTS), as the f32 copy has no integer dots to take.
