@@ -2892,7 +2892,7 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	size_t need, kvst = (size_t)sh->n_kv_heads * hd;
 	struct attn_page pg = { .sst = ntok, .hd = hd, .scale = sh->scale };
 	struct attn_kernels kn;
-	int gather = 1, ret;
+	int gather = 1, pend, ret;
 
 	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
@@ -2909,11 +2909,14 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 			pm[i] = -INFINITY;
 			pl[i] = 0;
 		}
-	if (!nmax || (gather && nq > 4 && !pm && nmin == ntok && ntok <= KVT_ATTN_PEND)) {
-		if (next)
-			kvt_cpu_prefetch(next, next_bytes);
-		return nmax ? attn_pend(a, q, k, v, ntok, kn.simd) : 0;
-	}
+	/* Every row sees the whole page: gathered, to be folded with the next */
+	pend = gather && nq > 4 && !pm && nmin == ntok && ntok <= KVT_ATTN_PEND;
+	if (next && (!nmax || pend))
+		kvt_cpu_prefetch(next, next_bytes);
+	if (!nmax)
+		return 0;
+	if (pend)
+		return attn_pend(a, q, k, v, ntok, kn.simd);
 	need = hd + 2 + 4 * (size_t)ntok;
 	if (gather)
 		need += 2 * (size_t)nmax * hd;
