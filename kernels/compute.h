@@ -55,17 +55,39 @@ struct kvt_mat {
 	uint32_t n_in, n_out;
 };
 
-/* KV element types. Q8_0: each token's row of n_kv_heads * head_dim
- * values in GGML's q8_0 blocks (32 values: an f16 scale d and 32 int8,
- * 34 bytes), head_dim a multiple of 32, so that a head's values are whole
- * blocks; 1.0625 bytes a value where f16 takes 2. */
-enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2 };
+/* KV element types. Q8_0 and Q4_0: each token's row of n_kv_heads *
+ * head_dim values in GGML's blocks of 32 (an f16 scale d, then 32 int8 q
+ * in 34 bytes, each d q, or 32 4-bit q in 18, each d (q - 8)), head_dim a
+ * multiple of 32, so that a head's values are whole blocks; 1.0625 and
+ * 0.5625 bytes a value where f16 takes 2. */
+enum kvt_kv_type { KVT_KV_F16 = 0, KVT_KV_F32 = 1, KVT_KV_Q8_0 = 2, KVT_KV_Q4_0 = 3 };
 
-/* Bytes of n values (a multiple of 32 for Q8_0) in KV type t, 0 for a
- * type not listed. */
+/* The block type (enum kvt_wtype) a quantized KV type stores, 0 for f16
+ * and f32. */
+static inline int kvt_kv_block(int t)
+{
+	return t == KVT_KV_Q8_0 ? KVT_W_Q8_0 : t == KVT_KV_Q4_0 ? KVT_W_Q4_0 : 0;
+}
+
+/* The KV type's name as kvt-run's --kv-type takes it, NULL for none. */
+static inline const char *kvt_kv_name(int t)
+{
+	static const char *const name[] = { "f16", "f32", "q8_0", "q4_0" };
+
+	return t >= 0 && t <= KVT_KV_Q4_0 ? name[t] : NULL;
+}
+
+/* Bytes of n values (a multiple of 32 for the block types) in KV type
+ * t, 0 for a type not listed. */
 static inline size_t kvt_kv_bytes(int t, size_t n)
 {
-	return t == KVT_KV_F16 ? n * 2 : t == KVT_KV_F32 ? n * 4 : t == KVT_KV_Q8_0 ? n / 32 * 34 : 0;
+	switch (t) {
+	case KVT_KV_F16:  return n * 2;
+	case KVT_KV_F32:  return n * 4;
+	case KVT_KV_Q8_0: return n / 32 * 34;
+	case KVT_KV_Q4_0: return n / 32 * 18;
+	}
+	return 0;
 }
 
 /* The shape of an attention call. q is (rows, n_head, head_dim) f32,
@@ -150,7 +172,8 @@ struct kvt_compute_ops {
 	int  (*swiglu)(void *ctx, float *g, const float *u, size_t n);
 	/* x (n) += y */
 	int  (*add)(void *ctx, float *x, const float *y, size_t n);
-	/* dst (n) = src in kv_type (f16: round to nearest even; f32: a copy). */
+	/* dst (n) = src in kv_type (f16: round to nearest even; f32: a copy;
+	 * q8_0, q4_0: ggml's reference quantizers, n whole blocks). */
 	int  (*to_kv)(void *ctx, void *dst, const float *src, size_t n, int kv_type);
 
 	/* Attention over pages handed over in any order (online softmax,

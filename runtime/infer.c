@@ -224,8 +224,8 @@ void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kv
 	cfg->n_kv_heads = m->hp.n_head_kv;
 	cfg->head_dim = m->hp.head_dim;
 	cfg->dtype_bytes = kv_type == KVT_KV_F32 ? 4 : 2;
-	if (kv_type == KVT_KV_Q8_0)	/* a head's row of blocks, as 2-byte units */
-		cfg->head_dim = (uint32_t)kvt_kv_bytes(KVT_KV_Q8_0, m->hp.head_dim) / 2;
+	if (kvt_kv_block(kv_type))	/* a head's row of blocks, as 2-byte units */
+		cfg->head_dim = (uint32_t)kvt_kv_bytes(kv_type, m->hp.head_dim) / 2;
 }
 
 static int efail(char *err, size_t errlen, int ret, const char *fmt, ...)
@@ -366,11 +366,12 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 
 	*out = NULL;
 	if (!ep->n_ctx || !ep->chunk || !ep->max_batch ||
-	    (ep->kv_type != KVT_KV_F16 && ep->kv_type != KVT_KV_F32 && ep->kv_type != KVT_KV_Q8_0))
-		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, kv type f16, f32 or q8_0");
-	if (ep->kv_type == KVT_KV_Q8_0 && hp->head_dim % 32)
-		return efail(err, errlen, -EINVAL, "engine: q8_0 KV needs a head size that is a "
-			     "multiple of 32 (this model's is %u)", hp->head_dim);
+	    !kvt_kv_name(ep->kv_type))
+		return efail(err, errlen, -EINVAL, "engine: n_ctx, chunk and max_batch must be positive, "
+			     "kv type f16, f32, q8_0 or q4_0");
+	if (kvt_kv_block(ep->kv_type) && hp->head_dim % 32)
+		return efail(err, errlen, -EINVAL, "engine: %s KV needs a head size that is a "
+			     "multiple of 32 (this model's is %u)", kvt_kv_name(ep->kv_type), hp->head_dim);
 	if (!ep->dense && !pager)
 		return efail(err, errlen, -EINVAL, "engine: no pager");
 	if (ep->select_frac < 0 || ep->select_frac > 1)
@@ -411,9 +412,10 @@ int kvt_engine_new(struct kvt_model *m, struct kvt_pager *pager,
 	e->async = !!(e->cx.ops->flags & KVT_CX_ASYNC);
 	e->nthreads = e->cx.ops->threads(e->cx.ctx);
 	e->select = ep->select_pages || ep->select_frac > 0;
-	if (ep->kv_type == KVT_KV_Q8_0 && !e->hostmem) {
-		ret = efail(err, errlen, -ENOTSUP, "engine: q8_0 KV runs on the cpu backend only, "
-			    "not on %s (whose attention reads f16 or f32 KV)", e->cx.ops->name);
+	if (kvt_kv_block(ep->kv_type) && !e->hostmem) {
+		ret = efail(err, errlen, -ENOTSUP, "engine: %s KV runs on the cpu backend only, "
+			    "not on %s (whose attention reads f16 or f32 KV)",
+			    kvt_kv_name(ep->kv_type), e->cx.ops->name);
 		goto fail;
 	}
 	if (e->select && !e->hostmem) {
@@ -579,9 +581,9 @@ static void bounds_add(struct kvt_engine *e, struct kvt_session *s, unsigned lay
 		if (e->ep.kv_type == KVT_KV_F16) {
 			kvt_f16_to_f32(e->krow, (const uint16_t *)k + (size_t)t * e->kv_dim, e->kv_dim);
 			r = e->krow;
-		} else if (e->ep.kv_type == KVT_KV_Q8_0) {
-			kvt_dequant(KVT_W_Q8_0, e->krow, (const uint8_t *)k + t * e->kvrow,
-				    e->kv_dim / 32, kvt_cpu_simd());
+		} else if (kvt_kv_block(e->ep.kv_type)) {
+			kvt_dequant((uint32_t)kvt_kv_block(e->ep.kv_type), e->krow,
+				    (const uint8_t *)k + t * e->kvrow, e->kv_dim / 32, kvt_cpu_simd());
 			r = e->krow;
 		} else {
 			r = (const float *)k + (size_t)t * e->kv_dim;

@@ -129,6 +129,10 @@ static const struct geo geos[] = {
 	{ "mha-q8w-q8kv", { .layers = 2, .dim = 512, .heads = 4, .kv_heads = 4, .ctx = 4096,
 			    .vocab = 300, .seed = 18, .type = KVT_GGML_Q8_0 },
 	  KVT_KV_Q8_0, 64, 48, 300, 8 },
+	/* q4_0 KV: 72-byte head rows, 64-token pages of 9 blocks of 4 KiB. */
+	{ "mha-q4w-q4kv", { .layers = 2, .dim = 512, .heads = 4, .kv_heads = 4, .ctx = 4096,
+			    .vocab = 300, .seed = 19, .type = KVT_GGML_Q4_0 },
+	  KVT_KV_Q4_0, 64, 48, 300, 8 },
 };
 
 static const struct tiers tier_sets[] = {

@@ -19,12 +19,12 @@
  *              worst case of any float summation order;
  *   attention  pages of random split, folded in random order into 1..3
  *              accumulators then merged, against kvt_attn_dense and a
- *              dense reference written here; f16 and f32 KV, GQA and MHA,
- *              one row and many (causal, with rows that see nothing of a
- *              page, or of anything, and chunks whose rows all see the
- *              pages before them whole: those are gathered and folded up
- *              to KVT_ATTN_PEND tokens at a time). Bound: per (row,
- *              head), max |out - ref| <= 1e-5 * max |ref|.
+ *              dense reference written here; f16, f32, q8_0 and q4_0 KV,
+ *              GQA and MHA, one row and many (causal, with rows that see
+ *              nothing of a page, or of anything, and chunks whose rows
+ *              all see the pages before them whole: those are gathered
+ *              and folded up to KVT_ATTN_PEND tokens at a time). Bound:
+ *              per (row, head), max |out - ref| <= 1e-5 * max |ref|.
  *
  * Then speed lines, printed and not checked: pool overhead, matvec GB/s of
  * weight bytes against a plain read of the same bytes, sgemm GFLOP/s,
@@ -586,14 +586,22 @@ static void test_matmul(struct kvt_pool **pools, unsigned n_pools)
 
 /* ---- attention ---- */
 
-/* Value idx of a KV array: f16, f32, or q8_0 blocks of 32 (an f16 scale
- * d, then 32 int8; the value is d q). */
+/* Value idx of a KV array: f16, f32, q8_0 blocks of 32 (an f16 scale
+ * d, then 32 int8; the value is d q) or q4_0 blocks of 32 (d, then 16
+ * bytes: value j in the low nibble of byte j, j + 16 in its high nibble;
+ * the value is d (q - 8)). */
 static double ref_kv(const void *p, int type, size_t idx)
 {
 	if (type == KVT_KV_Q8_0) {
 		const uint8_t *b = (const uint8_t *)p + idx / 32 * 34;
 
 		return half_value((uint16_t)(b[0] | b[1] << 8)) * (int8_t)b[2 + idx % 32];
+	}
+	if (type == KVT_KV_Q4_0) {
+		const uint8_t *b = (const uint8_t *)p + idx / 32 * 18;
+		unsigned j = idx % 32, q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+
+		return half_value((uint16_t)(b[0] | b[1] << 8)) * ((int)q - 8);
 	}
 	return type == KVT_KV_F16 ? half_value(((const uint16_t *)p)[idx]) : ((const float *)p)[idx];
 }
@@ -681,17 +689,17 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	unsigned n_acc = 1 + rndn(3), page = 1 + rndn(64);
 	float qscale = rnd32() & 1 ? 1.0f : 4.0f;	/* flat or peaked softmax */
 
-	for (size_t i = 0; kv_type == KVT_KV_Q8_0 && i < n_ctx; i++) {
+	for (size_t i = 0; kvt_kv_block(kv_type) && i < n_ctx; i++) {
 		float row[1024];
 
 		for (unsigned j = 0; j < n_kv * hd; j++)
 			row[j] = rndf();
-		kvt_quantize(KVT_W_Q8_0, k + i * tok, row, n_kv * hd);
+		kvt_quantize((uint32_t)kvt_kv_block(kv_type), k + i * tok, row, n_kv * hd);
 		for (unsigned j = 0; j < n_kv * hd; j++)
 			row[j] = rndf();
-		kvt_quantize(KVT_W_Q8_0, v + i * tok, row, n_kv * hd);
+		kvt_quantize((uint32_t)kvt_kv_block(kv_type), v + i * tok, row, n_kv * hd);
 	}
-	for (size_t i = 0; kv_type != KVT_KV_Q8_0 && i < (size_t)n_ctx * n_kv * hd; i++) {
+	for (size_t i = 0; !kvt_kv_block(kv_type) && i < (size_t)n_ctx * n_kv * hd; i++) {
 		if (kv_type == KVT_KV_F16) {
 			((uint16_t *)k)[i] = ref_f2h(rndf());
 			((uint16_t *)v)[i] = ref_f2h(rndf());
@@ -765,8 +773,7 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	if (!(e1 <= 1e-5 && e2 <= 1e-5)) {
 		fprintf(stderr, "attention %s n_head %u n_kv %u hd %u rows %u n_ctx %u pages %u "
 			"(%s) accumulators %u: error paged %g dense %g\n",
-			kv_type == KVT_KV_F16 ? "f16" : kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
-			n_head, n_kv, hd, rows, n_ctx, n_pages,
+			kvt_kv_name(kv_type), n_head, n_kv, hd, rows, n_ctx, n_pages,
 			variable_pages ? "random sizes" : "fixed", n_acc, e1, e2);
 		exit(1);
 	}
@@ -784,7 +791,7 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 
 static void test_attention(void)
 {
-	struct accs accs[3];	/* one set per KV type: reused */
+	struct accs accs[4];	/* one set per KV type: reused */
 	const unsigned heads[][2] = { { 8, 2 }, { 4, 4 }, { 6, 1 } };
 	/* 64 and 128 as in the models; 80 leaves 16 past the AVX-512
 	 * kernels' 32-wide steps, 20 is no multiple of 16 (AVX2 kernels,
@@ -808,17 +815,18 @@ static void test_attention(void)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, n_ctx, &accs[kv_type],
 					      c % 3 == 0));
 	}
-	/* q8_0 KV (always dequantized a head at a time): head sizes of
-	 * whole blocks. */
-	for (unsigned c = 0; c < t_scale(24); c++) {
+	/* q8_0 and q4_0 KV (always dequantized a head at a time): head
+	 * sizes of whole blocks. */
+	for (unsigned c = 0; c < t_scale(48); c++) {
 		unsigned rows = c & 1 ? 1 : 2 + rndn(14), hd = c & 2 ? 128 : 64;
 		const unsigned *h = heads[c % 3];
+		int kv_type = c & 4 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
 
-		worst = fmax(worst, attn_case(KVT_KV_Q8_0, h[0], h[1], hd, rows, 1 + rndn(300),
-					      &accs[KVT_KV_Q8_0], c % 3 == 0));
+		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, 1 + rndn(300),
+					      &accs[kv_type], c % 3 == 0));
 		cases++;
 	}
-	fprintf(stderr, "attention: %u cases ok (f16, f32, q8_0 KV), worst error %.2e of max |ref|\n",
+	fprintf(stderr, "attention: %u cases ok (f16, f32, q8_0, q4_0 KV), worst error %.2e of max |ref|\n",
 		cases, worst);
 
 	/* A row that sees nothing at all: the page lies after it. m stays
@@ -907,7 +915,7 @@ static double best_of(int reps, struct kvt_pool *p, float *y, const float *x, un
 	return best;
 }
 
-/* Decode attention, one thread, one row, f16, f32 and q8_0 KV: 32 heads over 8
+/* Decode attention, one thread, one row, f16, f32, q8_0 and q4_0 KV: 32 heads over 8
  * KV heads of 128 with 64-token pages (GQA, four queries a KV head), and
  * 8 heads of 64 with 16-token pages (MHA, one query a KV head). */
 static void bench_attn(void)
@@ -925,7 +933,7 @@ static void bench_attn(void)
 
 		fprintf(stderr, "speed: attention decode, 1 thread, %u tokens, %u heads over %u of "
 			"%u, %u-token pages:", ctx, n_head, n_kv, hd, page);
-		for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_Q8_0; kv_type++) {
+		for (int kv_type = KVT_KV_F16; kv_type <= KVT_KV_Q4_0; kv_type++) {
 			struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd),
 						     kv_type };
 			size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
@@ -936,9 +944,10 @@ static void bench_attn(void)
 			for (size_t i = 0; i < (size_t)ctx * n_kv * hd; i++) {
 				float fk = rndf(), fv = rndf();
 
-				if (kv_type == KVT_KV_Q8_0) {
+				if (kvt_kv_block(kv_type)) {
 					if (i % 32 == 0) {	/* a block of random values */
 						float bk[32], bv[32];
+						uint32_t bt = (uint32_t)kvt_kv_block(kv_type);
 
 						bk[0] = fk;
 						bv[0] = fv;
@@ -946,8 +955,8 @@ static void bench_attn(void)
 							bk[j] = rndf();
 							bv[j] = rndf();
 						}
-						kvt_quantize(KVT_W_Q8_0, k + i / 32 * 34, bk, 32);
-						kvt_quantize(KVT_W_Q8_0, v + i / 32 * 34, bv, 32);
+						kvt_quantize(bt, k + kvt_kv_bytes(kv_type, i), bk, 32);
+						kvt_quantize(bt, v + kvt_kv_bytes(kv_type, i), bv, 32);
 					}
 				} else if (kv_type == KVT_KV_F16) {
 					kvt_f32_to_f16((uint16_t *)k + i, &fk, 1);
@@ -968,8 +977,7 @@ static void bench_attn(void)
 				best = fmin(best, now() - t0);
 			}
 			fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)",
-				kv_type == KVT_KV_F16 ? "f16" : kv_type == KVT_KV_F32 ? "f32" : "q8_0",
-				best * 1e3,
+				kvt_kv_name(kv_type), best * 1e3,
 				2.0 * ctx * tok / best / 1e9);
 			kvt_attn_acc_free(&a);
 			free(k);

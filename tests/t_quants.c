@@ -5,6 +5,8 @@
  *              values ggml's layouts say, worked out here by hand;
  *   roundtrip  every type: our quantizer, then the reference dequantizer,
  *              within a bound per type (a fraction of the block's range);
+ *   ggml_ref   q4_0, q5_0 and q8_0 (the KV's types) byte for byte as
+ *              ggml's reference quantizers make them;
  *   simd       the AVX2 and AVX-512 dequantizers equal the reference bit for bit, on
  *              quantized blocks and on random bytes with finite scales;
  *   matmul     kvt_matmul on each type (dot products with AVX2 and
@@ -173,6 +175,97 @@ static void test_roundtrip(void)
 	}
 	CHECK_EQ(kvt_quantize(KVT_W_F16, q, x, 32), -EINVAL);
 	CHECK(kvt_qtype(KVT_W_F32) == NULL && kvt_qtype(20) == NULL && kvt_qtype(1000) == NULL);
+}
+
+/* ---- ggml's reference quantizers ---- */
+
+/* One block of 32 as ggml's quantize_row_q4_0_ref, _q5_0_ref and
+ * _q8_0_ref write it, transcribed from ggml-quants.c. */
+static void ggml_ref_block(uint32_t type, uint8_t *y, const float *x)
+{
+	float amax = 0, max = 0;
+
+	for (int j = 0; j < 32; j++)
+		if (amax < fabsf(x[j])) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	if (type == KVT_W_Q8_0) {
+		const float d = amax / ((1 << 7) - 1), id = d ? 1.0f / d : 0.0f;
+
+		put_h(y, d);
+		for (int j = 0; j < 32; j++)
+			y[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+	} else if (type == KVT_W_Q4_0) {
+		const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+
+		put_h(y, d);
+		for (int j = 0; j < 16; j++) {
+			const float x0 = x[j] * id, x1 = x[16 + j] * id;
+			const uint8_t xi0 = (uint8_t)fmin(15, (int8_t)(x0 + 8.5f));
+			const uint8_t xi1 = (uint8_t)fmin(15, (int8_t)(x1 + 8.5f));
+
+			y[2 + j] = (uint8_t)(xi0 | xi1 << 4);
+		}
+	} else {
+		const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+		uint32_t qh = 0;
+
+		put_h(y, d);
+		for (int j = 0; j < 16; j++) {
+			const float x0 = x[j] * id, x1 = x[16 + j] * id;
+			const uint8_t xi0 = (uint8_t)fmin(31, (int8_t)(x0 + 16.5f));
+			const uint8_t xi1 = (uint8_t)fmin(31, (int8_t)(x1 + 16.5f));
+
+			y[6 + j] = (uint8_t)((xi0 & 0x0F) | (xi1 & 0x0F) << 4);
+			qh |= ((xi0 & 0x10u) >> 4) << j | ((xi1 & 0x10u) >> 4) << (j + 16);
+		}
+		memcpy(y + 2, &qh, 4);
+	}
+}
+
+/* q4_0, q5_0 and q8_0 (the KV's types) byte for byte as ggml's reference
+ * quantizers make them: random blocks of many scales, a block of zeros,
+ * values on the half steps where rounding to nearest even and ggml's
+ * +0.5 part, and extremes of equal size and opposite sign. */
+static void test_ggml_ref(void)
+{
+	static const uint32_t types[] = { KVT_W_Q4_0, KVT_W_Q5_0, KVT_W_Q8_0 };
+	enum { NB = 400 };
+	static float x[NB * 32];
+	unsigned blocks = 0;
+
+	for (unsigned b = 0; b < NB; b++) {
+		float *xb = x + b * 32;
+
+		for (unsigned j = 0; j < 32; j++) {
+			switch (b % 4) {
+			case 0: xb[j] = frand() * ldexpf(1, (int)(b % 23) - 12); break;
+			case 1: xb[j] = b == 1 ? 0 : frand(); break;
+			case 2:	/* q4_0's half steps: max 1 makes d -1/8 */
+				xb[j] = j ? (float)((int)(rng >> 40) % 16 - 8 + 0.5) / -8.0f : 1.0f;
+				frand();
+				break;
+			case 3: xb[j] = j == 3 ? -2.0f : j == 17 ? 2.0f : frand() * 2; break;
+			}
+		}
+	}
+	for (unsigned k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+		const struct kvt_qtype *t = kvt_qtype(types[k]);
+		static uint8_t got[NB * 34], want[NB * 34];
+
+		CHECK_EQ(kvt_quantize(types[k], got, x, NB * 32), 0);
+		for (unsigned b = 0; b < NB; b++)
+			ggml_ref_block(types[k], want + b * t->size, x + b * 32);
+		for (unsigned b = 0; b < NB; b++, blocks++)
+			if (memcmp(got + b * t->size, want + b * t->size, t->size)) {
+				fprintf(stderr, "%s block %u differs from ggml's reference quantizer\n",
+					t->name, b);
+				exit(1);
+			}
+	}
+	printf("ggml_ref: q4_0, q5_0 and q8_0 blocks equal ggml's reference quantizers' (%u blocks)\n",
+	       blocks);
 }
 
 /* ---- simd ---- */
@@ -700,6 +793,7 @@ int main(void)
 	CHECK_EQ(kvt_pool_new(2, &pool), 0);
 	test_layout();
 	test_roundtrip();
+	test_ggml_ref();
 	test_simd();
 	test_matmul(pool);
 	test_int8(pool);

@@ -92,8 +92,9 @@ static void usage(FILE *f)
 		"      --policy [TIER=]NAME  eviction policy of one tier, or of all\n"
 		"      --prefetch N      layers prefetched ahead of attention\n"
 		"      --page-tokens N   tokens per page (16)\n"
-		"      --kv-type T       f16, f32 or q8_0 (f16; q8_0: GGML's 8-bit blocks,\n"
-		"                        17/32 of f16's bytes, cpu backend only)\n"
+		"      --kv-type T       f16, f32, q8_0 or q4_0 (f16; q8_0, q4_0: GGML's 8-bit and\n"
+		"                        4-bit blocks, 17/32 and 9/32 of f16's bytes, cpu backend\n"
+		"                        only)\n"
 		"      --dense           reference path: KV in plain memory, no pager\n"
 		"      --select SPEC     pages each decode step attends to: full (all, the default),\n"
 		"                        or quest:pages=K | quest:frac=F [,sink=N] (the first N\n"
@@ -646,19 +647,19 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		case O_POLICY: set_policy(o, optarg); break;
 		case O_PREFETCH: set_key(o, "access.prefetch_depth", optarg); break;
 		case O_PAGE: set_key(o, "geometry.page_tokens", optarg); break;
-		case O_KVTYPE:
-			if (!strcmp(optarg, "f16"))
-				o->ep.kv_type = KVT_KV_F16;
-			else if (!strcmp(optarg, "f32"))
-				o->ep.kv_type = KVT_KV_F32;
-			else if (!strcmp(optarg, "q8_0"))
-				o->ep.kv_type = KVT_KV_Q8_0;
-			else {
-				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16, f32 or q8_0\n", prog,
-					optarg);
+		case O_KVTYPE: {
+			int t = KVT_KV_F16;
+
+			while (kvt_kv_name(t) && strcmp(optarg, kvt_kv_name(t)))
+				t++;
+			if (!kvt_kv_name(t)) {
+				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16, f32, q8_0 or q4_0\n",
+					prog, optarg);
 				return 2;
 			}
+			o->ep.kv_type = t;
 			break;
+		}
 		case O_DENSE: o->dense = 1; break;
 		case O_SELECT:
 			if (kvt_select_parse(&o->ep, optarg, err, sizeof(err))) {
@@ -901,8 +902,7 @@ static int load(struct opts *o, struct run *run)
 			"context %u, KV %s %s/sequence; fast %s, host %s, nvme %s; "
 			"policy %s/%s/%s, prefetch %u%s\n",
 			prog, m->name, m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
-			m->type, m->hp.n_vocab, o->n_ctx, o->ep.kv_type == KVT_KV_F16 ? "f16" :
-			o->ep.kv_type == KVT_KV_Q8_0 ? "q8_0" : "f32",
+			m->type, m->hp.n_vocab, o->n_ctx, kvt_kv_name(o->ep.kv_type),
 			human(kvt_model_kv_bytes_per_token(m, o->ep.kv_type) * o->n_ctx,
 			      hb[0], sizeof(hb[0])),
 			human(o->cfg.tier[0].bytes, hb[1], sizeof(hb[1])),

@@ -176,8 +176,8 @@ static int cpu_to_kv(void *ctx, void *dst, const float *src, size_t n, int kv_ty
 		kvt_f32_to_f16(dst, src, n);
 	else if (kv_type == KVT_KV_F32)
 		cpu_copy(ctx, dst, src, n * sizeof(float));
-	else if (kv_type == KVT_KV_Q8_0)
-		return kvt_quantize(KVT_W_Q8_0, dst, src, n);	/* -EINVAL unless whole blocks */
+	else if (kvt_kv_block(kv_type))
+		return kvt_quantize((uint32_t)kvt_kv_block(kv_type), dst, src, n);	/* -EINVAL unless whole blocks */
 	else
 		return -EINVAL;
 	return 0;

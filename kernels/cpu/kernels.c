@@ -38,8 +38,9 @@
 
 /* The GGML type numbers, as the seam names them (kernels/compute.h). */
 enum { W_F32 = KVT_W_F32, W_F16 = KVT_W_F16, W_Q8_0 = KVT_W_Q8_0, W_BF16 = KVT_W_BF16 };
-#define QK	32		/* Q8_0 values per block */
+#define QK	32		/* Q8_0 and Q4_0 values per block */
 #define Q8_SZ	34		/* Q8_0 block: f16 scale d, then 32 int8 q; value d * q */
+#define Q4_SZ	18		/* Q4_0 block: d, then 16 bytes of two 4-bit q; d * (q - 8) */
 
 /*
  * Matrix products. With few rows of x the product is bound by reading the
@@ -1577,7 +1578,7 @@ static int shape_ok(const struct kvt_attn_shape *sh)
 	return sh->rows && sh->n_head && sh->n_kv_heads && sh->head_dim &&
 	       sh->n_head % sh->n_kv_heads == 0 &&
 	       (sh->kv_type == KVT_KV_F16 || sh->kv_type == KVT_KV_F32 ||
-		(sh->kv_type == KVT_KV_Q8_0 && sh->head_dim % 32 == 0));
+		(kvt_kv_block(sh->kv_type) && sh->head_dim % QK == 0));
 }
 
 int kvt_attn_acc_init(struct kvt_attn_acc *a, const struct kvt_attn_shape *sh)
@@ -2658,9 +2659,9 @@ static void attend_group(const struct attn_page *pg, struct attn_group *gr,
 	}
 }
 
-/* A q8_0 KV row run of nblk blocks into floats, as kvt_dequant does it
- * (d * q, exact), without its per-call dispatch: the gather calls it for
- * every token of a page, twice. */
+/* A quantized KV row run of nblk blocks into floats, as kvt_dequant does
+ * it (d q and d (q - 8), exact), without its per-call dispatch: the
+ * gather calls it for every token of a page, twice. */
 #ifdef KVT_X86
 AVX512 static void q8_run512(float *dst, const uint8_t *src, unsigned nblk)
 {
@@ -2676,17 +2677,40 @@ AVX512 static void q8_run512(float *dst, const uint8_t *src, unsigned nblk)
 		_mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
 	}
 }
+
+/* q4_0: values j and j + 16 share byte j of qs, low and high nibble. */
+AVX512 static void q4_run512(float *dst, const uint8_t *src, unsigned nblk)
+{
+	const __m128i lo4 = _mm_set1_epi8(0x0F);
+	const __m512i eight = _mm512_set1_epi32(8);
+
+	for (unsigned b = 0; b < nblk; b++, src += Q4_SZ, dst += QK) {
+		uint16_t h;
+
+		memcpy(&h, src, sizeof(h));
+		const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+		__m128i qs = _mm_loadu_si128((const __m128i *)(src + 2));
+		__m512i q0 = _mm512_cvtepu8_epi32(_mm_and_si128(qs, lo4));
+		__m512i q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), lo4));
+
+		_mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, eight))));
+		_mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, eight))));
+	}
+}
 #endif
 
-static void q8_run(float *dst, const uint8_t *src, unsigned nblk, int simd)
+static void kv_run(int kv_type, float *dst, const uint8_t *src, unsigned nblk, int simd)
 {
 #ifdef KVT_X86
 	if (simd >= 2) {
-		q8_run512(dst, src, nblk);
+		if (kv_type == KVT_KV_Q8_0)
+			q8_run512(dst, src, nblk);
+		else
+			q4_run512(dst, src, nblk);
 		return;
 	}
 #endif
-	kvt_dequant(KVT_W_Q8_0, dst, src, nblk, simd);
+	kvt_dequant((uint32_t)kvt_kv_block(kv_type), dst, src, nblk, simd);
 }
 
 /* The kernels for head_dim hd on this cpu. */
@@ -2717,11 +2741,11 @@ static void gather_head(const struct kvt_attn_shape *sh, float *kf, float *vf, c
 	for (unsigned t = 0; t < ntok; t++) {
 		size_t src = t * kvst + g * hd, dst = (size_t)t * hd;
 
-		if (sh->kv_type == KVT_KV_Q8_0) {
-			size_t b = kvt_kv_bytes(KVT_KV_Q8_0, src);
+		if (kvt_kv_block(sh->kv_type)) {
+			size_t b = kvt_kv_bytes(sh->kv_type, src);
 
-			q8_run(kf + dst, (const uint8_t *)k + b, hd / 32, simd);
-			q8_run(vf + dst, (const uint8_t *)v + b, hd / 32, simd);
+			kv_run(sh->kv_type, kf + dst, (const uint8_t *)k + b, hd / QK, simd);
+			kv_run(sh->kv_type, vf + dst, (const uint8_t *)v + b, hd / QK, simd);
 		} else if (sh->kv_type == KVT_KV_F16) {
 			kvt_f16_to_f32(kf + dst, (const uint16_t *)k + src, hd);
 			kvt_f16_to_f32(vf + dst, (const uint16_t *)v + src, hd);
@@ -2896,8 +2920,8 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 
 	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
-	if (kn.simd && nq <= 4 && sh->kv_type != KVT_KV_Q8_0)
-		gather = 0;	/* q8_0 is always dequantized, a head at a time */
+	if (kn.simd && nq <= 4 && !kvt_kv_block(sh->kv_type))
+		gather = 0;	/* q8_0 and q4_0 are always dequantized, a head at a time */
 #endif
 	for (unsigned r = 0; r < sh->rows; r++) {
 		unsigned nv = visible(qpos[r], pos0, ntok);
@@ -3139,15 +3163,18 @@ void kvt_attn_key_bound(const struct kvt_attn_shape *sh, const float *q, const f
 	}
 }
 
-/* Value i of a KV row run; q8_0 as llama.cpp dequantizes it (q * d). */
+/* Value i of a KV row run; q8_0 and q4_0 as llama.cpp dequantizes them
+ * (q * d, (q - 8) * d). */
 static inline float kv_val(const void *p, int type, size_t i)
 {
-	if (type == KVT_KV_Q8_0) {
-		const uint8_t *b = (const uint8_t *)p + i / 32 * 34;
+	if (type == KVT_KV_Q8_0 || type == KVT_KV_Q4_0) {
+		const uint8_t *b = (const uint8_t *)p + kvt_kv_bytes(type, i / QK * QK);
 		uint16_t d;
 
 		memcpy(&d, b, 2);
-		return (int8_t)b[2 + i % 32] * h2f(d);
+		if (type == KVT_KV_Q8_0)
+			return (int8_t)b[2 + i % QK] * h2f(d);
+		return ((b[2 + i % 16] >> (i % QK >= 16 ? 4 : 0) & 0xF) - 8) * h2f(d);
 	}
 	return type == KVT_KV_F16 ? h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }

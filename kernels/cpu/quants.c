@@ -904,18 +904,21 @@ static inline float as_half(float f)
 	return h2f(f2h(f));
 }
 
-/* q4_0 and q5_0: d = the signed extreme / -half, q = x / d + half. */
+/* q4_0 and q5_0 as ggml's reference quantizers make them (the KV type
+ * KVT_KV_Q4_0 stores q4_0 so): d = the signed extreme / -half, stored in
+ * f16, each q = x / d + half rounded half up, with the unrounded d. */
 static void q_sym32(uint8_t *b, const float *x, int bits)
 {
 	const int half = 1 << (bits - 1), top = (1 << bits) - 1;
-	const float d = as_half(signed_max(x, 32) / -half), id = d ? 1.0f / d : 0.0f;
+	const float d = signed_max(x, 32) / -half, id = d ? 1.0f / d : 0.0f;
+	const float off = (float)half + 0.5f;
 	uint32_t qh = 0;
 	uint8_t *qs = b + (bits == 5 ? 6 : 2);
 
 	put_half(b, d);
 	for (int j = 0; j < 16; j++) {
-		int q0 = clampi(nearest(x[j] * id) + half, 0, top);
-		int q1 = clampi(nearest(x[j + 16] * id) + half, 0, top);
+		int q0 = clampi((int8_t)(x[j] * id + off), 0, top);
+		int q1 = clampi((int8_t)(x[j + 16] * id + off), 0, top);
 
 		qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
 		qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);

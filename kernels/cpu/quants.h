@@ -97,8 +97,9 @@ kvt_dequant_block_fn kvt_dequant_block(uint32_t type, int simd);
 /* n values at src (n a multiple of the type's block) into n / blk blocks
  * at dst. Our own quantizer: each block's scales from its extremes, then
  * every value rounded to the nearest step of the scales as stored (no
- * search for better scales, unlike llama.cpp's quantize tool); q8_0 is
- * ggml's reference quantizer exactly, as the q8_0 KV stores it. 0, or
+ * search for better scales, unlike llama.cpp's quantize tool); q4_0, q5_0
+ * and q8_0 are ggml's reference quantizers exactly, as the q4_0 and q8_0
+ * KV store them. 0, or
  * -EINVAL for a type not read here or n not a whole number of blocks. */
 int  kvt_quantize(uint32_t type, void *dst, const float *src, size_t n);
 

@@ -5,7 +5,7 @@
 // llama.cpp's own CPU build (the prebuilt binaries of the npm package
 // node-llama-cpp), writing the same rows.
 //
-//   node logits.mjs MODEL IDS N OUT [--kv f16|f32|q8_0] [--threads T] [--ctx C]
+//   node logits.mjs MODEL IDS N OUT [--kv f16|f32|q8_0|q4_0] [--threads T] [--ctx C]
 //
 // IDS: whitespace-separated token ids, fed as they are (no BOS added).
 // OUT: N rows of n_vocab little-endian float32: row 0 the logits after the
@@ -25,7 +25,7 @@ for (let i = 0; i < argv.length; i++) {
         pos.push(argv[i]);
 }
 if (pos.length !== 4) {
-    console.error("usage: node logits.mjs MODEL IDS N OUT [--kv f16|f32|q8_0] [--threads T] [--ctx C]");
+    console.error("usage: node logits.mjs MODEL IDS N OUT [--kv f16|f32|q8_0|q4_0] [--threads T] [--ctx C]");
     process.exit(2);
 }
 const [modelPath, idsPath, nStr, outPath] = pos;
@@ -44,7 +44,7 @@ const context = await model.createContext({
     contextSize: Number(opt.ctx), batchSize: Math.max(512, ids.length + 1),
     // Flash attention off (its CPU path rounds to f16 even with f32 KV),
     // but llama.cpp needs it for a quantized V.
-    threads: { ideal: threads, min: threads }, flashAttention: kv === "Q8_0",
+    threads: { ideal: threads, min: threads }, flashAttention: kv === "Q8_0" || kv === "Q4_0",
     experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv,
 });
 const seq = context.getSequence();
