@@ -17,18 +17,20 @@
  *              against the integer reference (extreme quants and scales, and x at
  *              +-127, too), and kvt_matmul against the exact product
  *              within the bound the rounding of x allows;
- *   amx        the prefill's products on AMX tiles (amx.h), where the cpu
- *              has them: every block type, rows and outputs that are not
- *              whole tiles, against a double product over the values
- *              rounded to bf16 (which is what the tiles multiply) and
- *              within the bf16 bound of the exact product; kvt_matmul_n's
- *              shared x the same as one product at a time;
+ *   amx        the prefill's products on AMX tiles and on AVX512-BF16
+ *              dots (amx.h), each where the cpu has it: every block type,
+ *              rows and outputs that are not whole tiles, against a double
+ *              product over the values rounded to bf16 (which is what
+ *              both multiply) and within the bf16 bound of the exact
+ *              product; kvt_matmul_n's shared x the same as one product
+ *              at a time;
  *   speed      (figures, not checks) one row against 4096 x 4096
  *              weights of each type, in G values/s, with f32 activations
  *              and, for the types that have them, integer dots; and 256
  *              rows against 1024 x 2816 q4_k weights (a prefill chunk's
- *              down projection) on AMX tiles and through sgemm (on the
- *              kernels OpenBLAS chose: set OPENBLAS_CORETYPE for others);
+ *              down projection) on AMX tiles, AVX512-BF16 dots and
+ *              through sgemm (on the kernels OpenBLAS chose: set
+ *              OPENBLAS_CORETYPE for others);
  *   refused    a model with an iq4_nl tensor is refused naming the tensor
  *              and the type; kvt-mkmodel's checker refuses a _K type on
  *              rows that are not whole blocks.
@@ -563,17 +565,12 @@ static float bf16_round(float f)	/* to nearest even, as VCVTNEPS2BF16 (no NaNs h
 	return f;
 }
 
-static void test_amx(struct kvt_pool *pool)
+static void amx_mode(struct kvt_pool *pool, int mode)
 {
 	static const unsigned rowss[] = { 16, 21, 45, 64 }, outs[] = { 40, 70 };
 	const unsigned n_in = 512, R = 64;
 	double worst_bf = 0, worst_exact = 0;
 	unsigned cases = 0;
-
-	if (!kvt_amx()) {
-		t_skip_part("amx", "no AMX-BF16 here (or KVT_AMX=0): the prefill takes sgemm\n");
-		return;
-	}
 	float *w = malloc((size_t)n_in * 70 * 4), *wd = malloc((size_t)n_in * 70 * 4);
 	float *x = malloc((size_t)R * n_in * 4), *y = malloc((size_t)R * 70 * 4);
 	float *ye = malloc((size_t)R * 70 * 4), *y3[3];
@@ -595,10 +592,10 @@ static void test_amx(struct kvt_pool *pool)
 			unsigned rows = rowss[ri];
 
 			CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
-			kvt_cpu_set_amx(0);
+			kvt_cpu_set_amx(KVT_BF16_OFF);
 			CHECK_EQ(kvt_matmul(pool, ye, x, rows, &m), 0);
-			kvt_cpu_set_amx(1);
-			CHECK(memcmp(y, ye, (size_t)rows * m.n_out * 4) != 0);	/* the tiles ran */
+			kvt_cpu_set_amx(mode);
+			CHECK(memcmp(y, ye, (size_t)rows * m.n_out * 4) != 0);	/* bf16 ran */
 			for (unsigned r = 0; r < rows; r++)
 				for (unsigned o = 0; o < m.n_out; o++) {
 					double sb = 0, se = 0, mag = 0;
@@ -632,14 +629,34 @@ static void test_amx(struct kvt_pool *pool)
 			free(y3[i]);
 		}
 	}
-	printf("amx: %u products, every block type: within %.1e of the bf16 product, %.1e of the exact "
-	       "(of sum |w x|)\n", cases, worst_bf, worst_exact);
+	printf("amx (%s): %u products, every block type: within %.1e of the bf16 product, %.1e of "
+	       "the exact (of sum |w x|)\n", mode == KVT_BF16_TILES ? "tiles" : "AVX512-BF16 dots",
+	       cases, worst_bf, worst_exact);
 	free(w);
 	free(wd);
 	free(x);
 	free(y);
 	free(ye);
 	free(q);
+}
+
+/* The tiles where the cpu has them, then the AVX512-BF16 dots. */
+static void test_amx(struct kvt_pool *pool)
+{
+	const int have = kvt_amx_can();
+
+	if (have == KVT_BF16_OFF) {
+		t_skip_part("amx", "no AVX512-BF16 here (or KVT_AMX=0): the prefill takes sgemm\n");
+		return;
+	}
+	if (have != KVT_BF16_TILES)
+		t_skip_part("amx-tiles", "no AMX tiles here (or KVT_AMX=dots): the AVX512-BF16 dots "
+			    "were checked\n");
+	for (int mode = have; mode >= KVT_BF16_DOTS; mode--) {
+		kvt_cpu_set_amx(mode);
+		amx_mode(pool, mode);
+	}
+	kvt_cpu_set_amx(-1);
 }
 
 /* ---- speed ---- */
@@ -717,7 +734,7 @@ static void bench_gemm(struct kvt_pool *pool)
 	uint8_t *q = malloc(kvt_mat_row_bytes(KVT_W_Q4_K, n_in) * n_out);
 	struct kvt_mat m = { q, KVT_W_Q4_K, n_in, n_out };
 
-	if (!kvt_amx() || t_scale(4) < 4)
+	if (!kvt_amx_can() || t_scale(4) < 4)
 		goto out;
 	CHECK(w && x && y && q);
 	for (size_t i = 0; i < (size_t)n_in * n_out; i++)
@@ -727,19 +744,20 @@ static void bench_gemm(struct kvt_pool *pool)
 	CHECK_EQ(kvt_quantize(KVT_W_Q4_K, q, w, (size_t)n_in * n_out), 0);
 	printf("speed: gemm, %u rows x %u x %u q4_k, %u threads, G multiply-adds/s:", rows, n_in, n_out,
 	       kvt_pool_threads(pool));
-	for (int amx = 1; amx >= 0; amx--) {
+	for (int mode = kvt_amx_can(); mode >= KVT_BF16_OFF; mode--) {
+		static const char *const name[] = { "sgemm on OpenBLAS ", "AVX512-BF16 dots", "AMX" };
 		double best = 1e9;
 
-		kvt_cpu_set_amx(amx);
+		kvt_cpu_set_amx(mode);
 		for (int rep = 0; rep < 5; rep++) {
 			double t0 = now_s();
 			CHECK_EQ(kvt_matmul(pool, y, x, rows, &m), 0);
 			best = fmin(best, now_s() - t0);
 		}
-		printf(" %s%s %.1f", amx ? "AMX" : "sgemm on OpenBLAS ", amx ? "" : kvt_blas_core(),
+		printf(" %s%s %.1f", name[mode], mode ? "" : kvt_blas_core(),
 		       (double)rows * n_in * n_out / best / 1e9);
 	}
-	kvt_cpu_set_amx(1);
+	kvt_cpu_set_amx(-1);
 	printf("\n");
 out:
 	free(w);

@@ -105,8 +105,13 @@ int main(void)
 	 * weaker than the cpu has unless told to keep them. */
 	CHECK(strstr(out, "GEMM: ") && strstr(out, "OpenBLAS "));
 	CHECK(!strstr(out, "weaker than this cpu"));
-	/* and the tiles, where the cpu has them */
-	CHECK(!strstr(out, "AMX bf16 tiles for the block types") == !kvt_amx());
+	/* and the tiles or the bf16 dots, where the cpu has them */
+	CHECK(!strstr(out, "AMX bf16 tiles for the block types") == (kvt_amx() != KVT_BF16_TILES));
+	CHECK(!strstr(out, "AVX512-BF16 dots for the block types") == (kvt_amx() != KVT_BF16_DOTS));
+	if (kvt_amx_can() >= KVT_BF16_DOTS) {
+		CHECK_EQ(run("KVT_AMX=dots %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);
+		CHECK(strstr(out, "AVX512-BF16 dots for the block types"));
+	}
 	/* KVT_SIMD holds the kernels to AVX2 (or C) on a cpu with more */
 	if (kvt_cpu_simd() >= 1) {
 		CHECK_EQ(run("KVT_SIMD=1 %s -m %s -p 'Hi' -n 1 --dense --json 2>&1", bin, model), 0);

@@ -38,49 +38,70 @@
 
 #define TILE_BYTES	1024		/* 16 rows of 64 bytes */
 
-static int amx_have = -1;	/* atomic; -1 until probed */
-static int amx_on = 1;		/* atomic */
+/* What the cpu can do (a KVT_BF16_*) and what it does unless told,
+ * have | dflt << 4; -1 until probed. */
+static int amx_probed = -1;	/* atomic */
+static int amx_mode = -1;	/* atomic: kvt_cpu_set_amx's, -1 for the default */
 
 #ifdef KVT_AMX
-/* cpuid (7, 0) EDX: AMX-BF16 is bit 22, AMX-TILE bit 24; (7, 1) EAX:
- * AVX512-BF16 is bit 5. Then the tile state from Linux, and XCR0's bits
- * 17 and 18 (tile configuration and data) on. */
+/* cpuid (7, 1) EAX: AVX512-BF16 is bit 5; (7, 0) EDX: AMX-BF16 is bit
+ * 22, AMX-TILE bit 24. Then the tile state from Linux, and XCR0's bits
+ * 17 and 18 (tile configuration and data) on. The tiles are the default
+ * where there are tiles; the dots only when asked for (KVT_AMX=dots):
+ * on a Xeon they measured 0.84 to 0.86 of OpenBLAS's sgemm, and the cpus
+ * where they should be faster (Zen 4) have not run them. */
 static int amx_probe(void)
 {
 	const char *env = getenv("KVT_AMX");
 	unsigned a, b, c, d, lo, hi;
 
 	if (env && !strcmp(env, "0"))
-		return 0;
-	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & 1u << 22) || !(d & 1u << 24))
-		return 0;
+		return KVT_BF16_OFF;
 	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & 1u << 5))
-		return 0;
-	if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))
-		return 0;
+		return KVT_BF16_OFF;
+	if (env && !strcmp(env, "dots"))
+		return KVT_BF16_DOTS | KVT_BF16_DOTS << 4;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & 1u << 22) || !(d & 1u << 24) ||
+	    syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))
+		return KVT_BF16_DOTS;
 	__asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return (lo >> 17 & 3) == 3;
+	return (lo >> 17 & 3) == 3 ? KVT_BF16_TILES | KVT_BF16_TILES << 4 : KVT_BF16_DOTS;
 }
 #endif
+
+static int amx_state(void)
+{
+	int st = __atomic_load_n(&amx_probed, __ATOMIC_RELAXED);
+
+	if (st < 0) {
+#ifdef KVT_AMX
+		st = amx_probe();
+#else
+		st = KVT_BF16_OFF;
+#endif
+		__atomic_store_n(&amx_probed, st, __ATOMIC_RELAXED);
+	}
+	return kvt_cpu_simd() == 2 ? st : KVT_BF16_OFF;
+}
+
+int kvt_amx_can(void)
+{
+	return amx_state() & 15;
+}
 
 int kvt_amx(void)
 {
-	int h = __atomic_load_n(&amx_have, __ATOMIC_RELAXED);
+	int st = amx_state(), m = __atomic_load_n(&amx_mode, __ATOMIC_RELAXED);
 
-	if (h < 0) {
-#ifdef KVT_AMX
-		h = amx_probe();
-#else
-		h = 0;
-#endif
-		__atomic_store_n(&amx_have, h, __ATOMIC_RELAXED);
-	}
-	return h && __atomic_load_n(&amx_on, __ATOMIC_RELAXED) && kvt_cpu_simd() == 2;
+	if (m < 0)
+		m = st >> 4;
+	return m < (st & 15) ? m : st & 15;
 }
 
-void kvt_cpu_set_amx(int on)
+void kvt_cpu_set_amx(int mode)
 {
-	__atomic_store_n(&amx_on, !!on, __ATOMIC_RELAXED);
+	__atomic_store_n(&amx_mode, mode > KVT_BF16_TILES ? KVT_BF16_TILES : mode < 0 ? -1 : mode,
+			 __ATOMIC_RELAXED);
 }
 
 size_t kvt_amx_wbytes(unsigned n_in)
@@ -196,8 +217,8 @@ struct tilecfg {
 	uint8_t  rows[16];
 };
 
-TILES void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
-			const struct kvt_xb *xb)
+TILES static void tile_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
+			     const struct kvt_xb *xb)
 {
 	const unsigned nks = xb->n_in / 32;
 	const char *a0 = (const char *)wb, *a1 = a0 + (size_t)nks * TILE_BYTES;
@@ -241,6 +262,51 @@ TILES void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows
 		put_tile(y, ldy, c[3], 16, nrows, tb * 16 + 16, xb->rows);
 	}
 	_tile_release();
+}
+
+/* The same product on AVX512-BF16 dot products (VDPBF16PS), for the cpus
+ * that have them and no tiles (AMD Zen 4 and later, Cooper Lake): 16
+ * weight rows by 16 tokens in sixteen registers, each pair of a row's
+ * weights broadcast against the pairs of 16 tokens, a row of an x tile.
+ * The same operands as the tiles, so the same packing and x. (8 rows by
+ * 32 tokens, ten loads for sixteen products where this takes seventeen,
+ * measured slower on a Xeon.) */
+BF static void dot_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
+			const struct kvt_xb *xb)
+{
+	const unsigned nks = xb->n_in / 32;
+	const size_t tile = TILE_BYTES / 4;
+	_Alignas(64) float c[256];
+
+	for (unsigned h = 0; h * 16 < nrows; h++)
+		for (unsigned tb = 0; tb * 16 < xb->rows; tb++) {
+			const uint32_t *a = (const uint32_t *)wb + h * nks * tile;
+			const uint32_t *b = xb->p + tb * nks * tile;
+			__m512 acc[16];
+
+			for (unsigned r = 0; r < 16; r++)
+				acc[r] = _mm512_setzero_ps();
+			for (unsigned ks = 0; ks < nks; ks++, a += tile, b += tile)
+				for (unsigned p = 0; p < 16; p++) {
+					__m512bh xv = (__m512bh)_mm512_load_si512((const __m512i *)(b + p * 16));
+
+					for (unsigned r = 0; r < 16; r++)
+						acc[r] = _mm512_dpbf16_ps(acc[r],
+							(__m512bh)_mm512_set1_epi32((int)a[r * 16 + p]), xv);
+				}
+			for (unsigned r = 0; r < 16; r++)
+				_mm512_store_ps(c + r * 16, acc[r]);
+			put_tile(y, ldy, c, h * 16, nrows, tb * 16, xb->rows);
+		}
+}
+
+void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
+		  const struct kvt_xb *xb)
+{
+	if (kvt_amx() == KVT_BF16_TILES)
+		tile_rows(y, ldy, wb, nrows, xb);
+	else
+		dot_rows(y, ldy, wb, nrows, xb);
 }
 #else
 int kvt_xb_alloc(struct kvt_xb *xb, unsigned rows, unsigned n_in)

@@ -11,7 +11,9 @@
  * Linux hands the tile state to a process that asks for it
  * (arch_prctl(ARCH_REQ_XCOMP_PERM)); kvt_amx() asks once. A process that
  * has it gets larger signal frames, which is why KVT_AMX=0 turns the tiles
- * off before they are asked for.
+ * off before they are asked for. The same operands also go through
+ * AVX512-BF16's VDPBF16PS, 32 multiply-adds an instruction (16 lanes of
+ * bf16 pairs), for cpus with it and no tiles, when asked (KVT_AMX=dots).
  */
 #ifndef KVT_KERNELS_CPU_AMX_H
 #define KVT_KERNELS_CPU_AMX_H
@@ -19,12 +21,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 1 where the products may run on tiles: the cpu has AMX-BF16 and
- * AVX512-BF16, Linux granted the tile state, kvt_cpu_simd() is 2, the
- * environment does not set KVT_AMX=0 and kvt_cpu_set_amx has not turned
- * them off. The cpu and the kernel are asked once. */
+/* How the products run, kvt_amx():
+ *   KVT_BF16_TILES  on tiles: the cpu has AMX-BF16 and AVX512-BF16, and
+ *                   Linux granted the tile state (the default there);
+ *   KVT_BF16_DOTS   on AVX512-BF16 dot products (VDPBF16PS): asked for
+ *                   with KVT_AMX=dots or kvt_cpu_set_amx, where the cpu
+ *                   has them;
+ *   KVT_BF16_OFF    not at all (sgemm): the default without tiles, and
+ *                   always with KVT_AMX=0 or kvt_cpu_simd() below 2.
+ * kvt_amx_can() is the most the cpu can do. The cpu and the kernel are
+ * asked once. kvt_cpu_set_amx picks a mode (capped at kvt_amx_can(); -1:
+ * the default again) between kernel calls, never during one: tests and
+ * the speed lines. */
+enum { KVT_BF16_OFF = 0, KVT_BF16_DOTS = 1, KVT_BF16_TILES = 2 };
 int  kvt_amx(void);
-void kvt_cpu_set_amx(int on);	/* between kernel calls, never during one */
+int  kvt_amx_can(void);
+void kvt_cpu_set_amx(int mode);
 
 /* x (rows, n_in) rounded to bf16, in the layout of the tiles' second
  * operand: tokens in blocks of 16 (padded with zeros to an even number
@@ -49,7 +61,8 @@ size_t kvt_amx_wbytes(unsigned n_in);
 void kvt_amx_pack(uint16_t *wb, unsigned r, const float *row, unsigned n_in);
 
 /* y[t * ldy + o] = the packed row o (o < nrows <= 32) . row t of x, for
- * every row t < xb->rows. Tile state asked for (kvt_amx() is 1). */
+ * every row t < xb->rows, on tiles or dot products as kvt_amx() says
+ * (not KVT_BF16_OFF). */
 void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
 		  const struct kvt_xb *xb);
 

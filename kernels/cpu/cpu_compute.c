@@ -81,12 +81,14 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 {
 	static const char *const simd[] = { "portable C", "AVX2", "AVX-512" };
 
+	static const char *const bf16[] = { "", "AVX512-BF16 dots for the block types, ",
+					    "AMX bf16 tiles for the block types, " };
 	const char *want = kvt_blas_core_wanted(), *was = getenv("KVT_BLAS_CHOSE");
 	int q = kvt_qdots(KVT_W_Q4_K) != NULL;
 	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; %s; GEMM: %sOpenBLAS %s",
 			 simd[kvt_cpu_simd()], ((struct cpu_cx *)ctx)->nthreads,
 			 q ? "int8 dots for the block types" : "f32 activations",
-			 q && kvt_amx() ? "AMX bf16 tiles for the block types, " : "", kvt_blas_core());
+			 bf16[q ? kvt_amx() : KVT_BF16_OFF], kvt_blas_core());
 
 	if (n < 0 || (size_t)n >= len)
 		return;

@@ -36,7 +36,9 @@
 #   q8_0 KV              5e-3 with f32 weights, 5e-2 with q8_0 (below)
 #   q4_0 KV              1e-2 with f32 weights, 8e-2 with q4_0 (below)
 #   the block types again with kvt-run on its AVX2 kernels (KVT_SIMD=1,
-#                         rows marked -avx2): 5e-2
+#                         rows marked -avx2) and on AVX512-BF16 dots in
+#                         the prefill (KVT_AMX=dots, rows marked -dots,
+#                         where the cpu has them): 5e-2
 #   the same weights dequantized to f32 (tof32.py), f32 KV: 1e-5, same
 #                         argmax: how each engine reads the weights, alone
 #                         (kvt-run with f32 activations: KVT_EXACT_DOTS=1)
@@ -213,6 +215,13 @@ done
 for t in q8_0 $QTYPES; do
 	KVT_SIMD=1 TAG=-avx2 check $t $t p450 f16 5e-2 "" dense
 done
+# The prefill's AVX512-BF16 dots (KVT_AMX=dots), as a cpu with them and
+# no AMX tiles runs it (AMD Zen 4), where this cpu has them.
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+	for t in q8_0 $QTYPES; do
+		KVT_AMX=dots TAG=-dots check $t $t p450 f16 5e-2 "" dense
+	done
+fi
 # How each engine reads the weights, alone: kvt-run keeps f32 activations
 # here (KVT_EXACT_DOTS), as the f32 copy has no integer dots to take.
 for t in f16 bf16 q8_0 $QTYPES; do
