@@ -14,7 +14,8 @@
  *   - kvt-run --control: kvtctl reads the policy of a running kvt-run;
  *   - kvt-run --top-k and --top-p: every token drawn lies within the top
  *     k, or the nucleus of p, of that step's dumped logits; top-k 1
- *     draws the greedy tokens.
+ *     draws the greedy tokens;
+ *   - kvt-bench prefill --kv-type: the decode's KV bytes are the type's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -439,11 +440,40 @@ static void check_sampling(void)
 		out_of_top1);
 }
 
+/* kvt-bench prefill --kv-type: the decode's KV bytes are the type's
+ * (q8_0 17/32, q4_0 9/32 of f16's, pages grown to whole 4 KiB blocks),
+ * and the run says which type it ran. */
+static void check_bench_kv(void)
+{
+	static const char *const types[] = { "f16", "q8_0", "q4_0" };
+	static const unsigned num[] = { 32, 17, 9 };
+	unsigned long long f16 = 0;
+
+	for (unsigned i = 0; i < 3; i++) {
+		unsigned long long kvb;
+		char want[64];
+		const char *p;
+
+		RUN_OK("%s/kvt-bench prefill --layers 2 --dim 128 --heads 4 --kv-heads 2 --ff 256 "
+		       "--vocab 300 --tokens 16 --ctx 1K --repeat 1 --steps 2 --warmup 1 --bw-bytes 1M "
+		       "--json --kv-type %s --dir %s", build, types[i], dir);
+		snprintf(want, sizeof(want), "\"kv_type\":\"%s\"", types[i]);
+		has(want);
+		CHECK((p = strstr(out, "\"kv_bytes\":")) && sscanf(p + 11, "%llu", &kvb) == 1);
+		if (!i)
+			f16 = kvb;
+		CHECK(kvb * 32 == f16 * num[i]);
+	}
+	CHECK(run("%s/kvt-bench prefill --kv-type q5_0", build) == 2);
+	has("--kv-type");
+	printf("kvt-bench prefill --kv-type: ok (f16, q8_0, q4_0 KV bytes 32:17:9)\n");
+}
+
 int main(void)
 {
 	const char *b = getenv("BUILD"), *tdir = getenv("KVT_TEST_DIR");
 	static const char *const tools[] = { "kvt-run", "kvt-mkmodel", "kvt-sim", "kvt-trace",
-					     "kvtctl" };
+					     "kvtctl", "kvt-bench" };
 
 	snprintf(build, sizeof(build), "%s", b && *b ? b : "build");
 	for (unsigned i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
@@ -463,6 +493,7 @@ int main(void)
 	check_run_config();
 	check_control();
 	check_sampling();
+	check_bench_kv();
 	RUN_OK("rm -rf %s", dir);
 	return 0;
 }

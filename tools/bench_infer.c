@@ -67,6 +67,7 @@ struct iopts {
 	int	 json;
 	unsigned convs, batch, history, system;	/* serve */
 	unsigned max_batch;	/* the engine's; 0 = 1 */
+	int	 kv_type;	/* enum kvt_kv_type (prefill's --kv-type; f16 elsewhere) */
 };
 
 static void fail(const struct iopts *o, const char *what, int r)
@@ -93,6 +94,7 @@ enum {
 	O_LAYERS = 256, O_DIM, O_HEADS, O_KV_HEADS, O_FF, O_VOCAB, O_WTYPE, O_DIR, O_THREADS,
 	O_CTX, O_STEPS, O_WARMUP, O_REPEAT, O_TOKENS, O_BW_BYTES, O_FIO_SECONDS, O_JSON,
 	O_MODEL, O_HELP, O_POLICY, O_PREFETCH, O_SET, O_CONVS, O_BATCH, O_HISTORY, O_SYSTEM,
+	O_KV_TYPE,
 };
 
 /* Which options a subcommand takes (bits of 1 << (code - O_LAYERS)). */
@@ -117,6 +119,7 @@ static const struct option long_opts[] = {
 	{ "prefetch", required_argument, 0, O_PREFETCH }, { "set", required_argument, 0, O_SET },
 	{ "convs", required_argument, 0, O_CONVS }, { "batch", required_argument, 0, O_BATCH },
 	{ "history", required_argument, 0, O_HISTORY }, { "system", required_argument, 0, O_SYSTEM },
+	{ "kv-type", required_argument, 0, O_KV_TYPE },
 	{ 0 } };
 
 static const struct { const char *name; uint32_t type; } wtypes[] = {
@@ -153,7 +156,7 @@ static void usage_infer(const char *sub, FILE *f)
 			   "  --ctx 32K, --repeat 5, --fio-seconds 3\n");
 	else
 		fprintf(f, "                 [--tokens N] [--ctx N] [--steps N] [--warmup N] [--repeat N]\n"
-			   "                 [--bw-bytes SIZE]\n"
+			   "                 [--bw-bytes SIZE] [--kv-type f16|f32|q8_0|q4_0]\n"
 			   "  defaults: 8 layers, dim 1024, 16 heads (8 KV), ff 2816, vocab 4096, f16 weights;\n"
 			   "  --tokens 1024 (prefill), --ctx 4K (decode), --steps 8, --warmup 2, --repeat 3,\n"
 			   "  --bw-bytes 1G\n");
@@ -197,7 +200,7 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 			c = O_MODEL;
 		else if (c == 'j')
 			c = O_JSON;
-		if (c < O_LAYERS || c > O_SYSTEM)
+		if (c < O_LAYERS || c > O_KV_TYPE)
 			return 2;
 		if (!(allowed & OBIT(c))) {
 			fprintf(stderr, "kvt-bench %s: --%s is not an option of %s\n", o->sub,
@@ -229,6 +232,12 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 				}
 			break;
 		case O_DIR: o->dir = optarg; break;
+		case O_KV_TYPE:
+			for (o->kv_type = KVT_KV_F16; kvt_kv_name(o->kv_type) &&
+			     strcmp(optarg, kvt_kv_name(o->kv_type)); o->kv_type++)
+				;
+			bad = !kvt_kv_name(o->kv_type);
+			break;
 		case O_POLICY:
 			o->policy = optarg;
 			bad = strlen(optarg) >= KVT_POLICY_MAX;
@@ -452,9 +461,10 @@ static void describe_model(const struct iopts *o, const struct kvt_model *m, uns
 	if (o->json)
 		return;
 	printf("model: %s, %u layers, dim %u, %u heads (%u KV, head dim %u), ff %u, vocab %u, "
-	       "%s weights %.0f MiB; KV f16 %.1f KiB/token; %u threads\n", m->name, hp->n_layer,
+	       "%s weights %.0f MiB; KV %s %.1f KiB/token; %u threads\n", m->name, hp->n_layer,
 	       hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab, m->type,
-	       mib(m->weight_bytes), (double)kvt_model_kv_bytes_per_token(m, KVT_KV_F16) / 1024, nthreads);
+	       mib(m->weight_bytes), kvt_kv_name(o->kv_type),
+	       (double)kvt_model_kv_bytes_per_token(m, o->kv_type) / 1024, nthreads);
 }
 
 static unsigned engine_threads(const struct iopts *o)
@@ -481,7 +491,11 @@ static void geometry(const struct iopts *o, const struct kvt_model *m, struct kv
 	char err[512];
 
 	kvt_config_default(cfg);
-	kvt_engine_pager_geometry(m, KVT_KV_F16, cfg);
+	kvt_engine_pager_geometry(m, o->kv_type, cfg);
+	/* Pages of whole 4 KiB blocks, for O_DIRECT, as kvt-run makes them:
+	 * q8_0 and q4_0 KV need more tokens a page. */
+	while (kvt_config_page_bytes(cfg) % 4096)
+		cfg->page_tokens *= 2;
 	for (int i = 0; i < o->nset; i++) {
 		char key[128];
 		const char *eq = strchr(o->set[i], '=');
@@ -540,6 +554,7 @@ static void rig_open(struct rig *g, const struct iopts *o, struct kvt_model *m, 
 	ep.n_ctx = n_ctx;
 	ep.n_threads = o->threads;
 	ep.max_batch = o->max_batch ? o->max_batch : 1;
+	ep.kv_type = o->kv_type;
 	if ((r = kvt_engine_new(m, g->p, &ep, &g->e, err, sizeof(err))))
 		failmsg(o, err);
 }
@@ -1194,7 +1209,8 @@ int bench_prefill(int argc, char **argv)
 			 .seed = 1, .type = KVT_GGML_F16 },
 	};
 	int r = parse_opts(&o, O_COMMON | OBIT(O_CTX) | OBIT(O_STEPS) | OBIT(O_WARMUP) |
-			   OBIT(O_REPEAT) | OBIT(O_TOKENS) | OBIT(O_BW_BYTES), argc, argv);
+			   OBIT(O_REPEAT) | OBIT(O_TOKENS) | OBIT(O_BW_BYTES) | OBIT(O_KV_TYPE),
+			   argc, argv);
 
 	if (r || o.nctx != 1) {
 		if (!r)
@@ -1370,7 +1386,7 @@ int bench_prefill(int argc, char **argv)
 	double bw = (double)(sw.bytes / sw.tasks / 64 * 64 * sw.tasks) / bench_median(t_bw, (int)o.steps);
 	double dstep = bench_median(t_step, (int)o.steps);
 	uint64_t wb = weight_bytes_per_token(m);
-	uint64_t kvb = (uint64_t)(ctx + o.warmup + o.steps / 2) * kvt_model_kv_bytes_per_token(m, KVT_KV_F16);
+	uint64_t kvb = (uint64_t)(ctx + o.warmup + o.steps / 2) * kvt_model_kv_bytes_per_token(m, o.kv_type);
 	double bound = (double)(wb + kvb) / bw;
 	unsigned bw_threads = kvt_pool_threads(pool);
 
@@ -1378,8 +1394,9 @@ int bench_prefill(int argc, char **argv)
 		printf("{\"bench\":\"decode_bw\",\"ctx\":%u,\"step_ms\":%.3f,\"tok_per_s\":%.2f,"
 		       "\"weight_bytes\":%" PRIu64 ",\"kv_bytes\":%" PRIu64 ",\"read_gbps\":%.3f,"
 		       "\"threads\":%u,\"bound_ms\":%.3f,\"ratio\":%.3f,\"steps\":%u,"
-		       "\"context\":\"fill_random\"}\n", ctx, dstep * 1e3, 1 / dstep, wb, kvb, bw / 1e9,
-		       bw_threads, bound * 1e3, dstep / bound, o.steps);
+		       "\"context\":\"fill_random\",\"kv_type\":\"%s\"}\n", ctx, dstep * 1e3, 1 / dstep,
+		       wb, kvb, bw / 1e9, bw_threads, bound * 1e3, dstep / bound, o.steps,
+		       kvt_kv_name(o.kv_type));
 	} else {
 		char cs[32];
 
@@ -1396,8 +1413,9 @@ int bench_prefill(int argc, char **argv)
 		char ex[160], cs[32], bs[32];
 
 		snprintf(ex, sizeof(ex), "--tokens %u --ctx %s --steps %u --warmup %u --repeat %u "
-			 "--bw-bytes %s", ntok, bench_fmt_size(ctx, cs, sizeof(cs)), o.steps, o.warmup,
-			 o.repeat, bench_fmt_size(o.bw_bytes, bs, sizeof(bs)));
+			 "--bw-bytes %s --kv-type %s", ntok, bench_fmt_size(ctx, cs, sizeof(cs)), o.steps,
+			 o.warmup, o.repeat, bench_fmt_size(o.bw_bytes, bs, sizeof(bs)),
+			 kvt_kv_name(o.kv_type));
 		print_repro(&o, ex);
 	}
 	uint64_t sink = 0;
