@@ -86,7 +86,7 @@ struct kvt_engine {
 	float	*k, *v;			/* (rows, kv_dim) */
 	float	*g, *u;			/* (rows, n_ff) */
 	void	*kh, *vh;		/* (rows) K and V rows of k, v in the KV type
-					 * (f16, q8_0; unused for f32) */
+					 * (f16, q8_0, q4_0; unused for f32) */
 	uint32_t *dpos;			/* (rows) positions; pos itself on cpu */
 	float	*logits;		/* (max_batch, n_vocab) */
 	struct buf { void *p; size_t bytes; } *bufs;	/* what alloc_buf made, to free */

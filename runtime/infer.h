@@ -30,9 +30,9 @@ struct kvt_session;
 struct kvt_engine_params {
 	unsigned n_threads;	/* compute threads, 0 = one per online cpu */
 	unsigned n_ctx;		/* most tokens a session may hold */
-	int	 kv_type;	/* enum kvt_kv_type: KVT_KV_F16 (default), F32, or
-				 * Q8_0 (cpu backend only; head size a multiple
-				 * of 32) */
+	int	 kv_type;	/* enum kvt_kv_type: KVT_KV_F16 (default), F32,
+				 * Q8_0 or Q4_0 (the last two cpu backend only;
+				 * head size a multiple of 32) */
 	unsigned chunk;		/* prefill rows per forward step (256) */
 	unsigned max_batch;	/* most sessions decoded together (16) */
 	int	 dense;		/* reference path: no pager */
@@ -79,8 +79,9 @@ int  kvt_select_parse(struct kvt_engine_params *ep, const char *spec, char *err,
 void kvt_select_format(const struct kvt_engine_params *ep, char *buf, size_t len);
 
 /* Fill the page geometry of a pager config from the model and KV type
- * (for q8_0, whose values are not whole bytes, head_dim counts a head's
- * bytes in 2-byte units: the pager only sizes pages by them). */
+ * (for q8_0 and q4_0, whose values are not whole 2-byte units, head_dim
+ * counts a head's bytes in 2-byte units: the pager only sizes pages by
+ * them). */
 void kvt_engine_pager_geometry(const struct kvt_model *m, int kv_type, struct kvt_config *cfg);
 
 /* An engine and its sessions are used from one thread at a time (the

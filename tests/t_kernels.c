@@ -815,11 +815,13 @@ static void test_attention(void)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, n_ctx, &accs[kv_type],
 					      c % 3 == 0));
 	}
-	/* q8_0 and q4_0 KV (always dequantized a head at a time): head
-	 * sizes of whole blocks. */
-	for (unsigned c = 0; c < t_scale(48); c++) {
+	/* q8_0 and q4_0 KV: head sizes of whole blocks; one query, two or
+	 * four per KV head (decode: read in place with AVX-512) and more
+	 * (dequantized a head at a time). */
+	for (unsigned c = 0; c < t_scale(64); c++) {
+		static const unsigned qheads[][2] = { { 8, 2 }, { 4, 4 }, { 4, 2 }, { 6, 1 } };
 		unsigned rows = c & 1 ? 1 : 2 + rndn(14), hd = c & 2 ? 128 : 64;
-		const unsigned *h = heads[c % 3];
+		const unsigned *h = qheads[(c >> 3) % 4];
 		int kv_type = c & 4 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
 
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, 1 + rndn(300),

@@ -577,6 +577,7 @@ static void amx_mode(struct kvt_pool *pool, int mode)
 	uint8_t *q = malloc((size_t)n_in * 70 * 2);
 
 	CHECK(w && wd && x && y && ye && q);
+	CHECK_EQ(kvt_amx(), mode);	/* the kernel asked for is the one that runs */
 	for (unsigned i = 0; i < n_in * 70; i++)
 		w[i] = frand() * 0.1f * (float)(1 + i / 32 % 3);
 	for (unsigned i = 0; i < R * n_in; i++)
@@ -646,7 +647,8 @@ static void test_amx(struct kvt_pool *pool)
 	const int have = kvt_amx_can();
 
 	if (have == KVT_BF16_OFF) {
-		t_skip_part("amx", "no AVX512-BF16 here (or KVT_AMX=0): the prefill takes sgemm\n");
+		t_skip_part("amx", "no AVX512-BF16 here (or KVT_AMX=0, or KVT_SIMD below 2): the "
+			    "prefill takes sgemm\n");
 		return;
 	}
 	if (have != KVT_BF16_TILES)

@@ -729,6 +729,9 @@ int main(void)
 				 .vocab = 300, .seed = 41, .type = KVT_GGML_F16 };
 	struct kvt_synth mha = { .layers = 3, .dim = 64, .heads = 4, .kv_heads = 4, .ctx = 8192,
 				 .vocab = 280, .seed = 42, .type = KVT_GGML_F32 };
+	/* q4_0 KV: heads of 64 in 36 bytes, 128-token pages of 9 blocks of 4 KiB */
+	struct kvt_synth q4kv = { .layers = 2, .dim = 256, .heads = 4, .kv_heads = 4, .ctx = 8192,
+				  .vocab = 300, .seed = 43, .type = KVT_GGML_F16 };
 	unsigned long_np = t_scale(1000) < 96 ? 96 : t_scale(1000);
 
 	test_parse();
@@ -736,6 +739,7 @@ int main(void)
 	test_needles();
 	test_full("gqa-f16kv", &gqa, KVT_KV_F16, 16, t_scale(300) < 40 ? 40 : t_scale(300), 12);
 	test_full("mha-f32kv", &mha, KVT_KV_F32, 8, t_scale(200) < 40 ? 40 : t_scale(200), 12);
+	test_full("mha-q4_0kv", &q4kv, KVT_KV_Q4_0, 128, t_scale(600) < 300 ? 300 : t_scale(600), 12);
 	test_approx("gqa-f16kv", &gqa, KVT_KV_F16, 16, long_np, 24);
 	test_approx("mha-f32kv", &mha, KVT_KV_F32, 8, long_np / 2, 24);
 	test_fork_restore(&gqa, KVT_KV_F16, 16, t_scale(300) < 64 ? 64 : t_scale(300), 40);

@@ -124,7 +124,7 @@ static void usage(FILE *f)
 		"environment\n"
 		"  KVT_SIMD=0|1          hold the cpu kernels to portable C, or to AVX2\n"
 		"  KVT_EXACT_DOTS=1      quantized weights multiply f32 activations: no 8-bit\n"
-		"                        activations in decode, no bf16 tiles in prefill\n"
+		"                        activations in decode, no bf16 tiles or dots in prefill\n"
 		"  KVT_AMX=0|dots        no AMX tiles for the prefill: OpenBLAS's sgemm (0), or\n"
 		"                        AVX512-BF16 dot products where the cpu has them (dots)\n"
 		"  KVT_BLAS_KEEP=1       keep the kernels OpenBLAS chose, even if weaker than the cpu\n");

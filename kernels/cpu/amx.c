@@ -164,6 +164,7 @@ int kvt_xb_alloc(struct kvt_xb *xb, unsigned rows, unsigned n_in)
 	xb->rows = rows;
 	xb->n_in = n_in;
 	xb->blocks = blocks;
+	xb->mode = kvt_amx() == KVT_BF16_TILES ? KVT_BF16_TILES : KVT_BF16_DOTS;
 	return 0;
 }
 
@@ -303,7 +304,7 @@ BF static void dot_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows
 void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
 		  const struct kvt_xb *xb)
 {
-	if (kvt_amx() == KVT_BF16_TILES)
+	if (xb->mode == KVT_BF16_TILES)
 		tile_rows(y, ldy, wb, nrows, xb);
 	else
 		dot_rows(y, ldy, wb, nrows, xb);

@@ -45,6 +45,8 @@ void kvt_cpu_set_amx(int mode);
 struct kvt_xb {
 	uint32_t *p;
 	unsigned rows, n_in, blocks;	/* blocks of 16 tokens, even */
+	int	 mode;		/* KVT_BF16_TILES or _DOTS, kvt_amx()'s at alloc: every
+				 * product of this x multiplies the same way */
 };
 /* Room for x: 0, -EINVAL (n_in not a multiple of 32, or nothing) or
  * -ENOMEM; then kvt_xb_fill for each block of 16 tokens (tb < blocks), in
@@ -61,8 +63,7 @@ size_t kvt_amx_wbytes(unsigned n_in);
 void kvt_amx_pack(uint16_t *wb, unsigned r, const float *row, unsigned n_in);
 
 /* y[t * ldy + o] = the packed row o (o < nrows <= 32) . row t of x, for
- * every row t < xb->rows, on tiles or dot products as kvt_amx() says
- * (not KVT_BF16_OFF). */
+ * every row t < xb->rows, on tiles or dot products as xb->mode says. */
 void kvt_amx_rows(float *y, size_t ldy, const uint16_t *wb, unsigned nrows,
 		  const struct kvt_xb *xb);
 

@@ -1671,6 +1671,7 @@ struct attn_page {
 	const void	*k, *v;		/* token t's K row: k + t * kst elements */
 	size_t		 kst, vst;
 	int		 f16;		/* k and v hold f16, else f32 */
+	int		 q;		/* or q8_0 or q4_0 blocks (its kvt_kv_type), else 0 */
 	float		*S;		/* (4, sst) scores, then probabilities */
 	size_t		 sst;
 	unsigned	 hd;
@@ -2516,6 +2517,137 @@ AVX512 static void pv2_avx512(const struct attn_page *pg, const struct attn_grou
 		pv2_avx512_body(pg, gr, t0, T, 0);
 }
 
+/* Decode over q8_0 and q4_0 KV, read in place (pg->q): each block
+ * dequantized in registers, d q or d (q - 8), exact, then the same sums in
+ * the same order as the f32 kernels over a gathered page, so the same
+ * floats. */
+
+/* The 32 values of the block at b, in two vectors. */
+AVX512_INLINE void kvq_block(const uint8_t *b, int type, __m512 *x0, __m512 *x1)
+{
+	uint16_t h;
+
+	memcpy(&h, b, sizeof(h));
+	const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+	const __m128i lo = _mm_loadu_si128((const __m128i *)(b + 2));
+
+	if (type == KVT_KV_Q8_0) {
+		const __m128i hi = _mm_loadu_si128((const __m128i *)(b + 18));
+
+		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+	} else {	/* value j in the low nibble of byte j, j + 16 in its high one */
+		const __m128i m4 = _mm_set1_epi8(0x0F);
+		const __m512i eight = _mm512_set1_epi32(8);
+		__m512i q0 = _mm512_cvtepu8_epi32(_mm_and_si128(lo, m4));
+		__m512i q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+
+		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, eight)));
+		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, eight)));
+	}
+}
+
+/* NQ (1, 2 or 4) queries against 8 / NQ tokens at a time: eight sums. */
+AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_group *gr,
+				unsigned T, const unsigned NQ, int type)
+{
+	const unsigned TT = 8 / NQ;
+
+	for (unsigned t = 0; t < T; t += TT) {
+		const uint8_t *k[8];
+		__m512 a[8];
+		float r[8];
+
+		for (unsigned j = 0; j < TT; j++)
+			k[j] = (const uint8_t *)pg->k +
+			       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
+		for (unsigned i = 0; i < 8; i++)
+			a[i] = _mm512_setzero_ps();
+		for (unsigned d = 0; d < pg->hd; d += 32) {
+			size_t off = kvt_kv_bytes(type, d);
+
+			for (unsigned j = 0; j < TT; j++) {
+				__m512 x0, x1;
+
+				kvq_block(k[j] + off, type, &x0, &x1);
+				for (unsigned s = 0; s < NQ; s++) {
+					a[j * NQ + s] = _mm512_fmadd_ps(_mm512_loadu_ps(gr->q[s] + d), x0,
+									a[j * NQ + s]);
+					a[j * NQ + s] = _mm512_fmadd_ps(_mm512_loadu_ps(gr->q[s] + d + 16), x1,
+									a[j * NQ + s]);
+				}
+			}
+		}
+		_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(fold16(a[0]), fold16(a[1]), fold16(a[2]),
+							  fold16(a[3]), fold16(a[4]), fold16(a[5]),
+							  fold16(a[6]), fold16(a[7])),
+						  _mm256_set1_ps(pg->scale)));
+		for (unsigned j = 0; j < TT && t + j < T; j++)
+			for (unsigned s = 0; s < NQ; s++)
+				pg->S[s * pg->sst + t + j] = r[j * NQ + s];
+	}
+}
+
+/* NQ queries' outputs over dims d .. d + 32 W (W blocks, 1 or 2). */
+AVX512_INLINE void pvq_chunk(const struct attn_page *pg, const struct attn_group *gr,
+			     unsigned t0, unsigned T, const unsigned NQ, int type, unsigned d,
+			     const unsigned W)
+{
+	__m512 o[4][4], x[4];
+
+	for (unsigned s = 0; s < NQ; s++)
+		for (unsigned i = 0; i < 2 * W; i++)
+			o[s][i] = _mm512_mul_ps(_mm512_loadu_ps(gr->o[s] + d + 16 * i),
+						_mm512_set1_ps(gr->c[s]));
+	for (unsigned t = t0; t < T; t++) {
+		const uint8_t *vr = (const uint8_t *)pg->v + kvt_kv_bytes(type, (size_t)t * pg->vst + d);
+
+		for (unsigned b = 0; b < W; b++)
+			kvq_block(vr + kvt_kv_bytes(type, 32 * b), type, &x[2 * b], &x[2 * b + 1]);
+		for (unsigned s = 0; s < NQ; s++) {
+			__m512 p = _mm512_set1_ps(pg->S[s * pg->sst + t]);
+
+			for (unsigned i = 0; i < 2 * W; i++)
+				o[s][i] = _mm512_fmadd_ps(p, x[i], o[s][i]);
+		}
+	}
+	for (unsigned s = 0; s < NQ; s++)
+		for (unsigned i = 0; i < 2 * W; i++)
+			_mm512_storeu_ps(gr->o[s] + d + 16 * i, o[s][i]);
+}
+
+AVX512_INLINE void pvq_body(const struct attn_page *pg, const struct attn_group *gr,
+			    unsigned t0, unsigned T, const unsigned NQ, int type)
+{
+	unsigned d = 0;
+
+	for (; d + 64 <= pg->hd; d += 64)
+		pvq_chunk(pg, gr, t0, T, NQ, type, d, 2);
+	if (d < pg->hd)
+		pvq_chunk(pg, gr, t0, T, NQ, type, d, 1);
+}
+
+#define DEF_KVQ(NQ)								\
+AVX512 static void scoresq##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
+			       unsigned T)					\
+{										\
+	if (pg->q == KVT_KV_Q8_0)						\
+		scoresq_body(pg, gr, T, NQ, KVT_KV_Q8_0);			\
+	else									\
+		scoresq_body(pg, gr, T, NQ, KVT_KV_Q4_0);			\
+}										\
+AVX512 static void pvq##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
+			   unsigned t0, unsigned T)				\
+{										\
+	if (pg->q == KVT_KV_Q8_0)						\
+		pvq_body(pg, gr, t0, T, NQ, KVT_KV_Q8_0);			\
+	else									\
+		pvq_body(pg, gr, t0, T, NQ, KVT_KV_Q4_0);			\
+}
+DEF_KVQ(1)
+DEF_KVQ(2)
+DEF_KVQ(4)
+
 /* S[0..nv) = e^(S - m), returning their sum. */
 AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
 {
@@ -2663,38 +2795,16 @@ static void attend_group(const struct attn_page *pg, struct attn_group *gr,
  * it (d q and d (q - 8), exact), without its per-call dispatch: the
  * gather calls it for every token of a page, twice. */
 #ifdef KVT_X86
-AVX512 static void q8_run512(float *dst, const uint8_t *src, unsigned nblk)
+AVX512 static void kv_run512(int kv_type, float *dst, const uint8_t *src, unsigned nblk)
 {
-	for (unsigned b = 0; b < nblk; b++, src += Q8_SZ, dst += QK) {
-		uint16_t h;
+	const size_t bs = kvt_kv_bytes(kv_type, QK);
 
-		memcpy(&h, src, sizeof(h));
-		const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
-		__m128i q0 = _mm_loadu_si128((const __m128i *)(src + 2));
-		__m128i q1 = _mm_loadu_si128((const __m128i *)(src + 18));
+	for (unsigned b = 0; b < nblk; b++, src += bs, dst += QK) {
+		__m512 x0, x1;
 
-		_mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
-		_mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
-	}
-}
-
-/* q4_0: values j and j + 16 share byte j of qs, low and high nibble. */
-AVX512 static void q4_run512(float *dst, const uint8_t *src, unsigned nblk)
-{
-	const __m128i lo4 = _mm_set1_epi8(0x0F);
-	const __m512i eight = _mm512_set1_epi32(8);
-
-	for (unsigned b = 0; b < nblk; b++, src += Q4_SZ, dst += QK) {
-		uint16_t h;
-
-		memcpy(&h, src, sizeof(h));
-		const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
-		__m128i qs = _mm_loadu_si128((const __m128i *)(src + 2));
-		__m512i q0 = _mm512_cvtepu8_epi32(_mm_and_si128(qs, lo4));
-		__m512i q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), lo4));
-
-		_mm512_storeu_ps(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, eight))));
-		_mm512_storeu_ps(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, eight))));
+		kvq_block(src, kv_type, &x0, &x1);
+		_mm512_storeu_ps(dst, x0);
+		_mm512_storeu_ps(dst + 16, x1);
 	}
 }
 #endif
@@ -2703,10 +2813,7 @@ static void kv_run(int kv_type, float *dst, const uint8_t *src, unsigned nblk, i
 {
 #ifdef KVT_X86
 	if (simd >= 2) {
-		if (kv_type == KVT_KV_Q8_0)
-			q8_run512(dst, src, nblk);
-		else
-			q4_run512(dst, src, nblk);
+		kv_run512(kv_type, dst, src, nblk);
 		return;
 	}
 #endif
@@ -2920,8 +3027,15 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 
 	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
+	/* Decode reads K and V in place; q8_0 and q4_0 with AVX-512 only,
+	 * else they are dequantized, a head at a time. */
 	if (kn.simd && nq <= 4 && !kvt_kv_block(sh->kv_type))
-		gather = 0;	/* q8_0 and q4_0 are always dequantized, a head at a time */
+		gather = 0;
+	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
+		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
+					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
+		gather = 0;
+	}
 #endif
 	for (unsigned r = 0; r < sh->rows; r++) {
 		unsigned nv = visible(qpos[r], pos0, ntok);
@@ -2956,7 +3070,7 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	 * of MHA decode this made the step 1.4 times faster (kvt-bench
 	 * prefill, docs/benchmarks.md). */
 	if (!gather) {
-		size_t bytes = (size_t)nmax * kvst * (sh->kv_type == KVT_KV_F16 ? 2 : 4);
+		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)nmax * kvst);
 
 		kvt_cpu_prefetch(k, bytes);
 		kvt_cpu_prefetch(v, bytes);
@@ -2984,6 +3098,11 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 			pg.v = vf;
 			pg.kst = pg.vst = hd;
 			pg.f16 = 0;
+		} else if (kvt_kv_block(sh->kv_type)) {
+			pg.k = (const uint8_t *)k + kvt_kv_bytes(sh->kv_type, (size_t)g * hd);
+			pg.v = (const uint8_t *)v + kvt_kv_bytes(sh->kv_type, (size_t)g * hd);
+			pg.kst = pg.vst = kvst;
+			pg.q = sh->kv_type;
 		} else if (sh->kv_type == KVT_KV_F16) {
 			pg.k = (const uint16_t *)k + g * hd;
 			pg.v = (const uint16_t *)v + g * hd;

@@ -904,6 +904,15 @@ static inline float as_half(float f)
 	return h2f(f2h(f));
 }
 
+/* v truncated to 0..top, as ggml's MIN(top, (int8_t)v) for the v its
+ * quantizers make (0.5 <= v < top + 1); NaN (from NaN or infinite x, or
+ * a d so small that 1 / d overflows) to 0, which ggml's cast gives on
+ * x86, without the cast's undefined behaviour. */
+static inline int trunc_q(float v, int top)
+{
+	return v >= 1 ? (v < (float)top ? (int)v : top) : 0;
+}
+
 /* q4_0 and q5_0 as ggml's reference quantizers make them (the KV type
  * KVT_KV_Q4_0 stores q4_0 so): d = the signed extreme / -half, stored in
  * f16, each q = x / d + half rounded half up, with the unrounded d. */
@@ -917,8 +926,8 @@ static void q_sym32(uint8_t *b, const float *x, int bits)
 
 	put_half(b, d);
 	for (int j = 0; j < 16; j++) {
-		int q0 = clampi((int8_t)(x[j] * id + off), 0, top);
-		int q1 = clampi((int8_t)(x[j + 16] * id + off), 0, top);
+		int q0 = trunc_q(x[j] * id + off, top);
+		int q1 = trunc_q(x[j + 16] * id + off, top);
 
 		qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
 		qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
@@ -958,8 +967,11 @@ static void q_q8_0(uint8_t *b, const float *x)
 	const float d = fabsf(signed_max(x, 32)) / 127, id = d ? 1.0f / d : 0.0f;
 
 	put_half(b, d);
-	for (int j = 0; j < 32; j++)
-		b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+	for (int j = 0; j < 32; j++) {
+		float r = roundf(x[j] * id);	/* -127..127, but for NaN or infinite x */
+
+		b[2 + j] = (uint8_t)(int8_t)(r >= -127 ? (r <= 127 ? (int)r : 127) : r < 0 ? -127 : 0);
+	}
 }
 
 /* The scale and min of each of nsub sub-blocks of len values for
