@@ -5,7 +5,7 @@
 // node-llama-cpp, as logits.mjs), measured the way kvt-run --json measures.
 //
 //   node bench.mjs MODEL [--prompt P] [--ids FILE] [--steps N] [--threads T]
-//                  [--fa on|off] [--kv f16|f32] [--ctx C] [--batch B] [--seed S]
+//                  [--fa on|off] [--kv f16|f32|q8_0|q4_0] [--ctx C] [--batch B] [--seed S]
 //   node bench.mjs --gen-ids P (--vocab V | MODEL) [--seed S]
 //
 // The prompt: the ids in FILE (whitespace-separated, fed as they are, no
@@ -74,7 +74,7 @@ if (opt["gen-ids"] !== undefined) {
 if (pos.length !== 1 || (opt.prompt === undefined && opt.ids === undefined) ||
     !["on", "off"].includes(opt.fa)) {
     console.error("usage: node bench.mjs MODEL [--prompt P | --ids FILE] [--steps N] [--threads T]\n" +
-                  "                      [--fa on|off] [--kv f16|f32] [--ctx C] [--batch B] [--seed S]\n" +
+                  "                      [--fa on|off] [--kv f16|f32|q8_0|q4_0] [--ctx C] [--batch B] [--seed S]\n" +
                   "       node bench.mjs --gen-ids P (--vocab V | MODEL) [--seed S]");
     process.exit(2);
 }
