@@ -863,11 +863,9 @@ static void test_attention(void)
 		sh.n_kv_heads = 3;	/* 2 heads do not share 3 KV heads */
 		CHECK_EQ(kvt_attn_acc_init(&a, &sh), -EINVAL);
 	}
-	for (unsigned a = 0; a < 3; a++) {
-		kvt_attn_acc_free(&accs[0].a[a]);
-		kvt_attn_acc_free(&accs[1].a[a]);
-		kvt_attn_acc_free(&accs[2].a[a]);
-	}
+	for (unsigned t = 0; t < sizeof(accs) / sizeof(accs[0]); t++)
+		for (unsigned a = 0; a < 3; a++)
+			kvt_attn_acc_free(&accs[t].a[a]);
 }
 
 /* ---- speed ---- */
