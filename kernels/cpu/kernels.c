@@ -2648,6 +2648,122 @@ DEF_KVQ(1)
 DEF_KVQ(2)
 DEF_KVQ(4)
 
+/* The same on AVX2: 8 lanes, so a block is four vectors, and four
+ * queries' outputs go two at a time (sixteen registers). */
+AVX2_INLINE void kvq_block8(const uint8_t *b, int type, __m256 x[4])
+{
+	uint16_t h;
+
+	memcpy(&h, b, sizeof(h));
+	const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+
+	if (type == KVT_KV_Q8_0) {
+		for (unsigned i = 0; i < 4; i++)
+			x[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+				_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * i)))));
+	} else {
+		const __m128i m4 = _mm_set1_epi8(0x0F), qs = _mm_loadu_si128((const __m128i *)(b + 2));
+		const __m128i lo = _mm_and_si128(qs, m4), hi = _mm_and_si128(_mm_srli_epi16(qs, 4), m4);
+		const __m128i q[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
+		const __m256i eight = _mm256_set1_epi32(8);
+
+		for (unsigned i = 0; i < 4; i++)
+			x[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(
+				_mm256_cvtepu8_epi32(q[i]), eight)));
+	}
+}
+
+AVX2_INLINE void scoresq8_body(const struct attn_page *pg, const struct attn_group *gr,
+			       unsigned T, const unsigned NQ, int type)
+{
+	const unsigned TT = 8 / NQ;
+
+	for (unsigned t = 0; t < T; t += TT) {
+		const uint8_t *k[8];
+		__m256 a[8];
+		float r[8];
+
+		for (unsigned j = 0; j < TT; j++)
+			k[j] = (const uint8_t *)pg->k +
+			       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
+		for (unsigned i = 0; i < 8; i++)
+			a[i] = _mm256_setzero_ps();
+		for (unsigned d = 0; d < pg->hd; d += 32) {
+			size_t off = kvt_kv_bytes(type, d);
+
+			for (unsigned j = 0; j < TT; j++) {
+				__m256 x[4];
+
+				kvq_block8(k[j] + off, type, x);
+				for (unsigned s = 0; s < NQ; s++)
+					for (unsigned i = 0; i < 4; i++)
+						a[j * NQ + s] = _mm256_fmadd_ps(
+							_mm256_loadu_ps(gr->q[s] + d + 8 * i), x[i],
+							a[j * NQ + s]);
+			}
+		}
+		_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]),
+						  _mm256_set1_ps(pg->scale)));
+		for (unsigned j = 0; j < TT && t + j < T; j++)
+			for (unsigned s = 0; s < NQ; s++)
+				pg->S[s * pg->sst + t + j] = r[j * NQ + s];
+	}
+}
+
+/* Queries s0 .. s0 + NS (1 or 2) over one block of dims from d. */
+AVX2_INLINE void pvq8_block(const struct attn_page *pg, const struct attn_group *gr,
+			    unsigned t0, unsigned T, unsigned s0, const unsigned NS, int type,
+			    unsigned d)
+{
+	__m256 o[2][4], x[4];
+
+	for (unsigned s = 0; s < NS; s++)
+		for (unsigned i = 0; i < 4; i++)
+			o[s][i] = _mm256_mul_ps(_mm256_loadu_ps(gr->o[s0 + s] + d + 8 * i),
+						_mm256_set1_ps(gr->c[s0 + s]));
+	for (unsigned t = t0; t < T; t++) {
+		kvq_block8((const uint8_t *)pg->v + kvt_kv_bytes(type, (size_t)t * pg->vst + d), type, x);
+		for (unsigned s = 0; s < NS; s++) {
+			__m256 p = _mm256_set1_ps(pg->S[(s0 + s) * pg->sst + t]);
+
+			for (unsigned i = 0; i < 4; i++)
+				o[s][i] = _mm256_fmadd_ps(p, x[i], o[s][i]);
+		}
+	}
+	for (unsigned s = 0; s < NS; s++)
+		for (unsigned i = 0; i < 4; i++)
+			_mm256_storeu_ps(gr->o[s0 + s] + d + 8 * i, o[s][i]);
+}
+
+AVX2_INLINE void pvq8_body(const struct attn_page *pg, const struct attn_group *gr,
+			   unsigned t0, unsigned T, const unsigned NQ, int type)
+{
+	for (unsigned d = 0; d < pg->hd; d += 32)
+		for (unsigned s0 = 0; s0 < NQ; s0 += 2)
+			pvq8_block(pg, gr, t0, T, s0, NQ == 1 ? 1 : 2, type, d);
+}
+
+#define DEF_KVQ8(NQ)								\
+AVX2 static void scoresq8_##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
+			       unsigned T)					\
+{										\
+	if (pg->q == KVT_KV_Q8_0)						\
+		scoresq8_body(pg, gr, T, NQ, KVT_KV_Q8_0);			\
+	else									\
+		scoresq8_body(pg, gr, T, NQ, KVT_KV_Q4_0);			\
+}										\
+AVX2 static void pvq8_##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
+			   unsigned t0, unsigned T)				\
+{										\
+	if (pg->q == KVT_KV_Q8_0)						\
+		pvq8_body(pg, gr, t0, T, NQ, KVT_KV_Q8_0);			\
+	else									\
+		pvq8_body(pg, gr, t0, T, NQ, KVT_KV_Q4_0);			\
+}
+DEF_KVQ8(1)
+DEF_KVQ8(2)
+DEF_KVQ8(4)
+
 /* S[0..nv) = e^(S - m), returning their sum. */
 AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
 {
@@ -3027,13 +3143,17 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 
 	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
-	/* Decode reads K and V in place; q8_0 and q4_0 with AVX-512 only,
-	 * else they are dequantized, a head at a time. */
+	/* Decode reads K and V in place, q8_0 and q4_0 through kernels of
+	 * their own; the portable kernels take f32 only. */
 	if (kn.simd && nq <= 4 && !kvt_kv_block(sh->kv_type))
 		gather = 0;
 	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
 					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
+		gather = 0;
+	} else if (kn.simd == 1 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
+		kn = (struct attn_kernels){ .scores = { scoresq8_1, scoresq8_2, NULL, scoresq8_4 },
+					    .pv = { pvq8_1, pvq8_2, NULL, pvq8_4 }, .simd = kn.simd };
 		gather = 0;
 	}
 #endif
