@@ -2547,6 +2547,15 @@ AVX512_INLINE void kvq_block(const uint8_t *b, int type, __m512 *x0, __m512 *x1)
 	}
 }
 
+/* K rows t .. t + TT of a page of T tokens (past T: row t again). */
+static inline void kvq_rows(const struct attn_page *pg, unsigned t, unsigned T, unsigned TT,
+			    int type, const uint8_t **k)
+{
+	for (unsigned j = 0; j < TT; j++)
+		k[j] = (const uint8_t *)pg->k +
+		       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
+}
+
 /* NQ (1, 2 or 4) queries against 8 / NQ tokens at a time: eight sums. */
 AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_group *gr,
 				unsigned T, const unsigned NQ, int type)
@@ -2558,9 +2567,7 @@ AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_gr
 		__m512 a[8];
 		float r[8];
 
-		for (unsigned j = 0; j < TT; j++)
-			k[j] = (const uint8_t *)pg->k +
-			       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
+		kvq_rows(pg, t, T, TT, type, k);
 		for (unsigned i = 0; i < 8; i++)
 			a[i] = _mm512_setzero_ps();
 		for (unsigned d = 0; d < pg->hd; d += 32) {
@@ -2627,26 +2634,28 @@ AVX512_INLINE void pvq_body(const struct attn_page *pg, const struct attn_group 
 		pvq_chunk(pg, gr, t0, T, NQ, type, d, 1);
 }
 
-#define DEF_KVQ(NQ)								\
-AVX512 static void scoresq##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
-			       unsigned T)					\
+/* The kernels of NQ queries for scores_fn and pv_fn: the KV type made a
+ * constant of each body. */
+#define DEF_KVQ(target, NQ, scores, sbody, pv, pbody)				\
+target static void scores(const struct attn_page *pg, const struct attn_group *gr,	\
+			  unsigned T)						\
 {										\
 	if (pg->q == KVT_KV_Q8_0)						\
-		scoresq_body(pg, gr, T, NQ, KVT_KV_Q8_0);			\
+		sbody(pg, gr, T, NQ, KVT_KV_Q8_0);				\
 	else									\
-		scoresq_body(pg, gr, T, NQ, KVT_KV_Q4_0);			\
+		sbody(pg, gr, T, NQ, KVT_KV_Q4_0);				\
 }										\
-AVX512 static void pvq##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
-			   unsigned t0, unsigned T)				\
+target static void pv(const struct attn_page *pg, const struct attn_group *gr,	\
+		      unsigned t0, unsigned T)					\
 {										\
 	if (pg->q == KVT_KV_Q8_0)						\
-		pvq_body(pg, gr, t0, T, NQ, KVT_KV_Q8_0);			\
+		pbody(pg, gr, t0, T, NQ, KVT_KV_Q8_0);				\
 	else									\
-		pvq_body(pg, gr, t0, T, NQ, KVT_KV_Q4_0);			\
+		pbody(pg, gr, t0, T, NQ, KVT_KV_Q4_0);				\
 }
-DEF_KVQ(1)
-DEF_KVQ(2)
-DEF_KVQ(4)
+DEF_KVQ(AVX512, 1, scoresq1, scoresq_body, pvq1, pvq_body)
+DEF_KVQ(AVX512, 2, scoresq2, scoresq_body, pvq2, pvq_body)
+DEF_KVQ(AVX512, 4, scoresq4, scoresq_body, pvq4, pvq_body)
 
 /* The same on AVX2: 8 lanes, so a block is four vectors, and four
  * queries' outputs go two at a time (sixteen registers). */
@@ -2683,9 +2692,7 @@ AVX2_INLINE void scoresq8_body(const struct attn_page *pg, const struct attn_gro
 		__m256 a[8];
 		float r[8];
 
-		for (unsigned j = 0; j < TT; j++)
-			k[j] = (const uint8_t *)pg->k +
-			       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
+		kvq_rows(pg, t, T, TT, type, k);
 		for (unsigned i = 0; i < 8; i++)
 			a[i] = _mm256_setzero_ps();
 		for (unsigned d = 0; d < pg->hd; d += 32) {
@@ -2743,26 +2750,9 @@ AVX2_INLINE void pvq8_body(const struct attn_page *pg, const struct attn_group *
 			pvq8_block(pg, gr, t0, T, s0, NQ == 1 ? 1 : 2, type, d);
 }
 
-#define DEF_KVQ8(NQ)								\
-AVX2 static void scoresq8_##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
-			       unsigned T)					\
-{										\
-	if (pg->q == KVT_KV_Q8_0)						\
-		scoresq8_body(pg, gr, T, NQ, KVT_KV_Q8_0);			\
-	else									\
-		scoresq8_body(pg, gr, T, NQ, KVT_KV_Q4_0);			\
-}										\
-AVX2 static void pvq8_##NQ(const struct attn_page *pg, const struct attn_group *gr,	\
-			   unsigned t0, unsigned T)				\
-{										\
-	if (pg->q == KVT_KV_Q8_0)						\
-		pvq8_body(pg, gr, t0, T, NQ, KVT_KV_Q8_0);			\
-	else									\
-		pvq8_body(pg, gr, t0, T, NQ, KVT_KV_Q4_0);			\
-}
-DEF_KVQ8(1)
-DEF_KVQ8(2)
-DEF_KVQ8(4)
+DEF_KVQ(AVX2, 1, scoresq8_1, scoresq8_body, pvq8_1, pvq8_body)
+DEF_KVQ(AVX2, 2, scoresq8_2, scoresq8_body, pvq8_2, pvq8_body)
+DEF_KVQ(AVX2, 4, scoresq8_4, scoresq8_body, pvq8_4, pvq8_body)
 
 /* S[0..nv) = e^(S - m), returning their sum. */
 AVX2 static float exp_sum_avx2(float *S, unsigned nv, float m)
