@@ -13,7 +13,8 @@
  * has it gets larger signal frames, which is why KVT_AMX=0 turns the tiles
  * off before they are asked for. The same operands also go through
  * AVX512-BF16's VDPBF16PS, 32 multiply-adds an instruction (16 lanes of
- * bf16 pairs), for cpus with it and no tiles, when asked (KVT_AMX=dots).
+ * bf16 pairs), for cpus with it and no tiles: AMD's by default, others
+ * when asked (KVT_AMX=dots).
  */
 #ifndef KVT_KERNELS_CPU_AMX_H
 #define KVT_KERNELS_CPU_AMX_H
@@ -24,11 +25,12 @@
 /* How the products run, kvt_amx():
  *   KVT_BF16_TILES  on tiles: the cpu has AMX-BF16 and AVX512-BF16, and
  *                   Linux granted the tile state (the default there);
- *   KVT_BF16_DOTS   on AVX512-BF16 dot products (VDPBF16PS): asked for
- *                   with KVT_AMX=dots or kvt_cpu_set_amx, where the cpu
- *                   has them;
- *   KVT_BF16_OFF    not at all (sgemm): the default without tiles, and
- *                   always with KVT_AMX=0 or kvt_cpu_simd() below 2.
+ *   KVT_BF16_DOTS   on AVX512-BF16 dot products (VDPBF16PS): the default
+ *                   on AMD's cpus that have them (Zen 4 and later), else
+ *                   asked for with KVT_AMX=dots or kvt_cpu_set_amx;
+ *   KVT_BF16_OFF    not at all (sgemm): the default on other cpus without
+ *                   tiles, and always with KVT_AMX=0 or kvt_cpu_simd()
+ *                   below 2.
  * kvt_amx_can() is the most the cpu can do. The cpu and the kernel are
  * asked once. kvt_cpu_set_amx picks a mode (capped at kvt_amx_can(); -1:
  * the default again) between kernel calls, never during one: tests and
