@@ -35,6 +35,9 @@
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "common.h"
 #include "kernels/cpu/kernels.h"
@@ -606,11 +609,41 @@ static double ref_kv(const void *p, int type, size_t idx)
 	return type == KVT_KV_F16 ? half_value(((const uint16_t *)p)[idx]) : ((const float *)p)[idx];
 }
 
+/* Set: ref_attn rounds each query to q8_0 first, as the decode does on
+ * q8_0 and q4_0 K with the integer dot products on: per block of 32, d =
+ * max |x| / 127 rounded to f16, x 127 / max rounded to nearest even. */
+static int ref_q8;
+static double q8_moved;		/* the most an output moved for it */
+
+static void round_q8(float *x, unsigned n)
+{
+	for (unsigned b = 0; b < n; b += 32) {
+		float mx = 0, id, d;
+
+		for (unsigned i = 0; i < 32; i++)
+			mx = fmaxf(mx, fabsf(x[b + i]));
+		id = mx != 0 ? 127.f / mx : 0.f;
+		d = (float)half_value(ref_f2h(mx / 127.f));
+		for (unsigned i = 0; i < 32; i++)
+			x[b + i] = d * nearbyintf(x[b + i] * id);
+	}
+}
+
 /* Plain softmax attention in double over the contiguous KV, written
  * independently of kvt_attn_dense. */
 static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *q,
 		     const uint32_t *qpos, const void *k, const void *v, unsigned n_ctx)
 {
+	float *qr = NULL;
+
+	if (ref_q8) {
+		size_t n = (size_t)sh->rows * sh->n_head * sh->head_dim;
+
+		qr = xmalloc(n * sizeof(float));
+		memcpy(qr, q, n * sizeof(float));
+		round_q8(qr, (unsigned)n);
+		q = qr;
+	}
 	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim;
 	double *s = xmalloc((n_ctx + 1) * sizeof(double));
 
@@ -645,6 +678,7 @@ static void ref_attn(const struct kvt_attn_shape *sh, double *out, const float *
 				o[i] = n ? o[i] / sum : 0;
 		}
 	free(s);
+	free(qr);
 }
 
 /* Largest per-(row, head) error relative to the largest |ref| of that
@@ -769,6 +803,13 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	ref_attn(&sh, ref, q, qpos, k, v, n_ctx);
 	CHECK_EQ(kvt_attn_dense(&sh, dense, q, qpos, k, v, n_ctx), 0);
 	e1 = attn_err(&sh, out, ref);
+	if (ref_q8) {	/* the dense path keeps f32 queries */
+		ref_q8 = 0;
+		ref_attn(&sh, ref, q, qpos, k, v, n_ctx);
+		ref_q8 = 1;
+		for (size_t i = 0; i < (size_t)rows * n_head * hd; i++)
+			q8_moved = fmax(q8_moved, fabs(out[i] - ref[i]));
+	}
 	e2 = attn_err(&sh, dense, ref);
 	if (!(e1 <= 1e-5 && e2 <= 1e-5)) {
 		fprintf(stderr, "attention %s n_head %u n_kv %u hd %u rows %u n_ctx %u pages %u "
@@ -787,6 +828,43 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	free(p_start);
 	free(order);
 	return e1;
+}
+
+/* Decode on q8_0 and q4_0 K with the integer dot products on: the
+ * queries rounded to q8_0 (AVX512-VNNI and VBMI), head sizes of one to
+ * eight blocks, one, two and four queries a KV head. Against the
+ * reference on the rounded queries; that the rounding happened, by how
+ * far the outputs moved from the f32 queries' reference. */
+static void test_attention_int8(struct accs *accs)
+{
+	static const unsigned qheads[][2] = { { 8, 2 }, { 4, 4 }, { 4, 2 } };
+	static const unsigned hds[] = { 32, 64, 96, 128, 256 };
+	unsigned a, b, c, d, cases = 0;
+	double worst = 0;
+
+	if (kvt_cpu_simd() < 2)		/* the AVX2 and portable kernels keep f32 */
+		return;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & bit_AVX512VNNI) ||
+	    !(c & bit_AVX512VBMI)) {
+		t_skip_part("int8-kv", "no AVX512-VNNI and VBMI here: decode on q8_0 and q4_0 K "
+			    "keeps f32 queries\n");
+		return;
+	}
+	kvt_cpu_set_int8_dots(1);
+	ref_q8 = 1;
+	q8_moved = 0;
+	for (unsigned i = 0; i < t_scale(60) || i < 30; i++, cases++) {
+		const unsigned *h = qheads[i % 3], hd = hds[i / 3 % 5];
+		int kv_type = i / 15 % 2 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
+
+		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
+					      &accs[kv_type], i % 4 == 0));
+	}
+	ref_q8 = 0;
+	kvt_cpu_set_int8_dots(0);
+	fprintf(stderr, "attention, queries rounded to q8_0: %u cases ok, worst error %.2e of "
+		"max |ref|; the rounding moved outputs by up to %.2e\n", cases, worst, q8_moved);
+	CHECK(q8_moved > 1e-4);
 }
 
 static void test_attention(void)
@@ -830,6 +908,7 @@ static void test_attention(void)
 	}
 	fprintf(stderr, "attention: %u cases ok (f16, f32, q8_0, q4_0 KV), worst error %.2e of max |ref|\n",
 		cases, worst);
+	test_attention_int8(accs);
 
 	/* A row that sees nothing at all: the page lies after it. m stays
 	 * -inf, l 0, the output zeros, and merging it changes nothing. */
@@ -967,18 +1046,28 @@ static void bench_attn(void)
 				}
 			}
 			CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
-			for (int rep = 0; rep < 10; rep++) {
-				double t0 = now();
-				kvt_attn_acc_reset(&a);
-				for (unsigned t = 0; t < ctx; t += page)
-					CHECK_EQ(kvt_attn_page(&a, q, &qpos, k + t * tok, v + t * tok,
-							       ctx - t < page ? ctx - t : page, t), 0);
-				kvt_attn_finish(&a, out);
-				best = fmin(best, now() - t0);
+			/* quantized K: f32 queries, then rounded to q8_0 */
+			for (int int8 = 0; int8 <= !!kvt_kv_block(kv_type); int8++) {
+				kvt_cpu_set_int8_dots(int8);
+				best = 1e9;
+				for (int rep = 0; rep < 10; rep++) {
+					double t0 = now();
+					kvt_attn_acc_reset(&a);
+					for (unsigned t = 0; t < ctx; t += page)
+						CHECK_EQ(kvt_attn_page(&a, q, &qpos, k + t * tok,
+								       v + t * tok,
+								       ctx - t < page ? ctx - t : page,
+								       t), 0);
+					kvt_attn_finish(&a, out);
+					best = fmin(best, now() - t0);
+				}
+				if (int8)
+					fprintf(stderr, " (int8 q %.3f ms)", best * 1e3);
+				else
+					fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)", kvt_kv_name(kv_type),
+						best * 1e3, 2.0 * ctx * tok / best / 1e9);
 			}
-			fprintf(stderr, " %s KV %.3f ms (%.1f GB/s)",
-				kvt_kv_name(kv_type), best * 1e3,
-				2.0 * ctx * tok / best / 1e9);
+			kvt_cpu_set_int8_dots(0);
 			kvt_attn_acc_free(&a);
 			free(k);
 			free(v);

@@ -124,9 +124,11 @@ static void usage(FILE *f)
 		"environment\n"
 		"  KVT_SIMD=0|1          hold the cpu kernels to portable C, or to AVX2\n"
 		"  KVT_EXACT_DOTS=1      quantized weights multiply f32 activations: no 8-bit\n"
-		"                        activations in decode, no bf16 tiles or dots in prefill\n"
-		"  KVT_AMX=0|dots        no AMX tiles for the prefill: OpenBLAS's sgemm (0), or\n"
-		"                        AVX512-BF16 dot products where the cpu has them (dots)\n"
+		"                        activations in decode, no bf16 tiles or dots in prefill;\n"
+		"                        f32 queries on q8_0 and q4_0 K\n"
+		"  KVT_AMX=0|dots        the prefill's products on quantized weights: OpenBLAS's\n"
+		"                        sgemm (0), or AVX512-BF16 dot products where the cpu has\n"
+		"                        them (dots; the default on AMD cpus without AMX tiles)\n"
 		"  KVT_BLAS_KEEP=1       keep the kernels OpenBLAS chose, even if weaker than the cpu\n");
 }
 

@@ -87,7 +87,8 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 	int q = kvt_qdots(KVT_W_Q4_K) != NULL;
 	int n = snprintf(buf, len, "cpu, %s kernels, %u threads; %s; GEMM: %sOpenBLAS %s",
 			 simd[kvt_cpu_simd()], ((struct cpu_cx *)ctx)->nthreads,
-			 q ? "int8 dots for the block types" : "f32 activations",
+			 !q ? "f32 activations" : kvt_cpu_kv_int8() ?
+			 "int8 dots for the block types and q8_0/q4_0 K" : "int8 dots for the block types",
 			 bf16[q ? kvt_amx() : KVT_BF16_OFF], kvt_blas_core());
 
 	if (n < 0 || (size_t)n >= len)

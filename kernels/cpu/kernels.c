@@ -2536,14 +2536,16 @@ AVX512_INLINE void kvq_block(const uint8_t *b, int type, __m512 *x0, __m512 *x1)
 
 		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
 		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
-	} else {	/* value j in the low nibble of byte j, j + 16 in its high one */
-		const __m128i m4 = _mm_set1_epi8(0x0F);
-		const __m512i eight = _mm512_set1_epi32(8);
-		__m512i q0 = _mm512_cvtepu8_epi32(_mm_and_si128(lo, m4));
-		__m512i q1 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+	} else {
+		/* Value j in the low nibble of byte j, j + 16 in its high one:
+		 * the sixteen d (q - 8) looked up, VPERMPS taking the low four
+		 * bits of each byte widened (shifted down for the high). */
+		const __m512 tab = _mm512_mul_ps(d, _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,
+								    0, 1, 2, 3, 4, 5, 6, 7));
+		const __m512i q = _mm512_cvtepu8_epi32(lo);
 
-		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, eight)));
-		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, eight)));
+		*x0 = _mm512_permutexvar_ps(q, tab);
+		*x1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
 	}
 }
 
@@ -2556,6 +2558,21 @@ static inline void kvq_rows(const struct attn_page *pg, unsigned t, unsigned T, 
 		       kvt_kv_bytes(type, (size_t)(t + j < T ? t + j : t) * pg->kst);
 }
 
+/* The eight sums a of NQ queries by 8 / NQ tokens from t, scaled, into S. */
+AVX512_INLINE void scores8_put(const struct attn_page *pg, const __m512 a[8], unsigned t,
+			       unsigned T, const unsigned NQ)
+{
+	float r[8];
+
+	_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(fold16(a[0]), fold16(a[1]), fold16(a[2]),
+						  fold16(a[3]), fold16(a[4]), fold16(a[5]),
+						  fold16(a[6]), fold16(a[7])),
+					  _mm256_set1_ps(pg->scale)));
+	for (unsigned j = 0; j < 8 / NQ && t + j < T; j++)
+		for (unsigned s = 0; s < NQ; s++)
+			pg->S[s * pg->sst + t + j] = r[j * NQ + s];
+}
+
 /* NQ (1, 2 or 4) queries against 8 / NQ tokens at a time: eight sums. */
 AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_group *gr,
 				unsigned T, const unsigned NQ, int type)
@@ -2565,7 +2582,6 @@ AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_gr
 	for (unsigned t = 0; t < T; t += TT) {
 		const uint8_t *k[8];
 		__m512 a[8];
-		float r[8];
 
 		kvq_rows(pg, t, T, TT, type, k);
 		for (unsigned i = 0; i < 8; i++)
@@ -2585,13 +2601,7 @@ AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_gr
 				}
 			}
 		}
-		_mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(fold16(a[0]), fold16(a[1]), fold16(a[2]),
-							  fold16(a[3]), fold16(a[4]), fold16(a[5]),
-							  fold16(a[6]), fold16(a[7])),
-						  _mm256_set1_ps(pg->scale)));
-		for (unsigned j = 0; j < TT && t + j < T; j++)
-			for (unsigned s = 0; s < NQ; s++)
-				pg->S[s * pg->sst + t + j] = r[j * NQ + s];
+		scores8_put(pg, a, t, T, NQ);
 	}
 }
 
@@ -2656,6 +2666,192 @@ target static void pv(const struct attn_page *pg, const struct attn_group *gr,	\
 DEF_KVQ(AVX512, 1, scoresq1, scoresq_body, pvq1, pvq_body)
 DEF_KVQ(AVX512, 2, scoresq2, scoresq_body, pvq2, pvq_body)
 DEF_KVQ(AVX512, 4, scoresq4, scoresq_body, pvq4, pvq_body)
+
+/*
+ * Decode scores on q8_0 and q4_0 K with each query rounded to q8_0, as
+ * llama.cpp computes them (with kvt_cpu_int8_dots() on, the default, and
+ * AVX512-VNNI and VBMI): per block of 32, d_k d_q times the dot product of
+ * the 8-bit values, which VPDPBUSD takes four pairs at a time, unsigned K
+ * by signed Q. K's bytes are unsigned as they stand (q4_0: q in 0..15) or
+ * with 128 added (q8_0: the top bit flipped); 8 or 128 times the sum of
+ * the query's bytes starts each sum, which takes the offset back out. A
+ * chunk is 64 of K's bytes in one vector, picked out of the row by VPERMB:
+ * two q8_0 blocks (lane l, four values, of block l / 8) or four q4_0 ones
+ * (lane l of block l / 4, its low nibbles in one vector and its high ones
+ * in another). The rounding is the only difference from the f32 kernels:
+ * the sums are exact integers, and the floats that scale them few.
+ */
+#define VNNI		__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#define VNNI_INLINE	static inline __attribute__((always_inline, \
+			target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#define KVQI_CH		4	/* chunks a row at most: head_dim up to 256 */
+
+/* A query rounded to q8_0, laid out as K's chunks. */
+struct kvqi {
+	__m512i q[KVQI_CH][2];	/* its bytes (q4_0: those of the low nibbles, then the high) */
+	__m512i c[KVQI_CH];	/* -(128 or 8) times each lane's sum of them */
+	__m512	d[KVQI_CH];	/* each lane's block's d */
+};
+
+/* Where a chunk's bytes are in the 64 + 8 bytes of the row loaded: VPERMB
+ * indexes of the values, then of the f16 scales (lane l: block l / 8 or
+ * l / 4), for q8_0 and q4_0. */
+static uint8_t kvqi_idx[2][2][64];
+
+static void kvqi_idx_init(void)
+{
+	for (unsigned i = 0; i < 64; i++) {
+		kvqi_idx[0][0][i] = (uint8_t)(i / 32 * Q8_SZ + 2 + i % 32);
+		kvqi_idx[1][0][i] = (uint8_t)(i / 16 * Q4_SZ + 2 + i % 16);
+	}
+	for (unsigned l = 0; l < 16; l++)
+		for (unsigned b = 0; b < 2; b++) {
+			kvqi_idx[0][1][2 * l + b] = (uint8_t)(l / 8 * Q8_SZ + b);
+			kvqi_idx[1][1][2 * l + b] = (uint8_t)(l / 4 * Q4_SZ + b);
+		}
+}
+
+static pthread_once_t kvqi_once = PTHREAD_ONCE_INIT;
+
+/* q (hd values) rounded as ggml's AVX quantize_row_q8_0: d = max |x| / 127
+ * stored as f16, x 127 / max rounded to nearest even. */
+VNNI_INLINE void kvqi_make(struct kvqi *r, const float *q, unsigned hd, int type)
+{
+	const unsigned bpc = type == KVT_KV_Q8_0 ? 2 : 4, nb = hd / QK;
+	const __m512i ones = _mm512_set1_epi8(1);
+
+	for (unsigned b = 0; b < nb; b++) {
+		__m512 x0 = _mm512_loadu_ps(q + QK * b), x1 = _mm512_loadu_ps(q + QK * b + 16);
+		float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+		__m512 id = _mm512_set1_ps(mx != 0 ? 127.f / mx : 0.f);
+		__m128i i0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)));
+		__m128i i1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)));
+		__m512 d = _mm512_set1_ps(_cvtsh_ss(_cvtss_sh(mx / 127.f, 0)));
+		unsigned c = b / bpc, j = b % bpc;
+
+		if (!j) {
+			r->q[c][0] = r->q[c][1] = _mm512_setzero_si512();
+			r->d[c] = _mm512_setzero_ps();
+		}
+		/* a 16-byte part placed by a mask of its four lanes */
+		if (type == KVT_KV_Q8_0) {
+			r->q[c][0] = _mm512_mask_broadcast_i32x4(r->q[c][0], 0xF << 8 * j, i0);
+			r->q[c][0] = _mm512_mask_broadcast_i32x4(r->q[c][0], 0xF0 << 8 * j, i1);
+			r->d[c] = _mm512_mask_mov_ps(r->d[c], 0xFF << 8 * j, d);
+		} else {
+			r->q[c][0] = _mm512_mask_broadcast_i32x4(r->q[c][0], 0xF << 4 * j, i0);
+			r->q[c][1] = _mm512_mask_broadcast_i32x4(r->q[c][1], 0xF << 4 * j, i1);
+			r->d[c] = _mm512_mask_mov_ps(r->d[c], 0xF << 4 * j, d);
+		}
+		if (j == bpc - 1 || b == nb - 1) {
+			__m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, r->q[c][0]);
+
+			if (type == KVT_KV_Q4_0)
+				s = _mm512_dpbusd_epi32(s, ones, r->q[c][1]);
+			r->c[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+						   _mm512_slli_epi32(s, type == KVT_KV_Q8_0 ? 7 : 3));
+		}
+	}
+}
+
+/* NQ (1, 2 or 4) queries against 8 / NQ tokens at a time, as scoresq_body. */
+VNNI_INLINE void scoresi_body(const struct attn_page *pg, const struct attn_group *gr,
+			      unsigned T, const unsigned NQ, int type)
+{
+	const unsigned TT = 8 / NQ, q4 = type == KVT_KV_Q4_0, bpc = q4 ? 4 : 2;
+	const unsigned nb = pg->hd / QK, nc = (nb + bpc - 1) / bpc;
+	const size_t cb = kvt_kv_bytes(type, (size_t)QK * bpc);
+	const __m512i iq = _mm512_loadu_si512(kvqi_idx[q4][0]);
+	const __m512i id = _mm512_loadu_si512(kvqi_idx[q4][1]);
+	const __m512i m4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8((char)0x80);
+	__mmask64 m0[KVQI_CH], m1[KVQI_CH];
+	struct kvqi qi[4];
+
+	for (unsigned s = 0; s < NQ; s++)
+		kvqi_make(&qi[s], gr->q[s], pg->hd, type);
+	for (unsigned c = 0; c < nc; c++) {	/* the bytes of each chunk */
+		size_t n = kvt_kv_bytes(type, (size_t)QK * (nb - c * bpc < bpc ? nb - c * bpc : bpc));
+
+		m0[c] = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+		m1[c] = n > 64 ? ((__mmask64)1 << (n - 64)) - 1 : 0;
+	}
+	for (unsigned t = 0; t < T; t += TT) {
+		const uint8_t *k[8];
+		__m512 a[8];
+
+		kvq_rows(pg, t, T, TT, type, k);
+		for (unsigned i = 0; i < 8; i++)
+			a[i] = _mm512_setzero_ps();
+		for (unsigned c = 0; c < nc; c++)
+			for (unsigned j = 0; j < TT; j++) {
+				const uint8_t *p = k[j] + c * cb;
+				__m512i lo = _mm512_maskz_loadu_epi8(m0[c], p);
+				__m512i hi = _mm512_maskz_loadu_epi8(m1[c], p + 64);
+				__m512i x = _mm512_permutex2var_epi8(lo, iq, hi), u0, u1;
+				__m512 dk = _mm512_cvtph_ps(
+					_mm512_castsi512_si256(_mm512_permutex2var_epi8(lo, id, hi)));
+
+				if (q4) {
+					u0 = _mm512_and_si512(x, m4);
+					u1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+				} else {
+					u0 = u1 = _mm512_xor_si512(x, top);
+				}
+				for (unsigned s = 0; s < NQ; s++) {
+					__m512i acc = _mm512_dpbusd_epi32(qi[s].c[c], u0, qi[s].q[c][0]);
+
+					if (q4)
+						acc = _mm512_dpbusd_epi32(acc, u1, qi[s].q[c][1]);
+					a[j * NQ + s] = _mm512_fmadd_ps(
+						_mm512_mul_ps(_mm512_cvtepi32_ps(acc), qi[s].d[c]), dk,
+						a[j * NQ + s]);
+				}
+			}
+		scores8_put(pg, a, t, T, NQ);
+	}
+}
+
+#define DEF_KVQI(NQ, scores)							\
+VNNI static void scores(const struct attn_page *pg, const struct attn_group *gr,	\
+			unsigned T)						\
+{										\
+	if (pg->q == KVT_KV_Q8_0)						\
+		scoresi_body(pg, gr, T, NQ, KVT_KV_Q8_0);			\
+	else									\
+		scoresi_body(pg, gr, T, NQ, KVT_KV_Q4_0);			\
+}
+DEF_KVQI(1, scoresi1)
+DEF_KVQI(2, scoresi2)
+DEF_KVQI(4, scoresi4)
+
+/* The integer scores run here: AVX512-VNNI and VBMI, with BW. */
+static int kvqi_can(void)
+{
+	static int can = -1;	/* atomic */
+	int c = __atomic_load_n(&can, __ATOMIC_RELAXED);
+
+	if (c < 0) {
+		unsigned a, b, cx, d;
+
+		c = __get_cpuid_count(7, 0, &a, &b, &cx, &d) && (b & bit_AVX512BW) &&
+		    (cx & bit_AVX512VNNI) && (cx & bit_AVX512VBMI);
+		__atomic_store_n(&can, c, __ATOMIC_RELAXED);
+	}
+	if (c)
+		pthread_once(&kvqi_once, kvqi_idx_init);
+	return c;
+}
+#endif
+
+int kvt_cpu_kv_int8(void)
+{
+#ifdef KVT_X86
+	return kvt_cpu_simd() == 2 && kvt_cpu_int8_dots() && kvqi_can();
+#else
+	return 0;
+#endif
+}
+#ifdef KVT_X86
 
 /* The same on AVX2: 8 lanes, so a block is four vectors, and four
  * queries' outputs go two at a time (sixteen registers). */
@@ -3140,6 +3336,8 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
 					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
+		if (hd <= 2 * QK * KVQI_CH && kvt_cpu_kv_int8())
+			kn.scores[0] = scoresi1, kn.scores[1] = scoresi2, kn.scores[3] = scoresi4;
 		gather = 0;
 	} else if (kn.simd == 1 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq8_1, scoresq8_2, NULL, scoresq8_4 },

@@ -135,6 +135,12 @@ void kvt_swiglu(float *g, const float *u, unsigned n);
 /* Ask for [p, p + bytes) in the caches (a hint: never faults). */
 void kvt_cpu_prefetch(const void *p, size_t bytes);
 
+/* Whether decode's scores on q8_0 and q4_0 K multiply 8-bit integers,
+ * the queries rounded to q8_0 as llama.cpp does: with the integer dot
+ * products on (kvt_cpu_int8_dots), AVX-512 kernels, and AVX512-VNNI and
+ * VBMI. Otherwise f32 queries against K dequantized in registers. */
+int kvt_cpu_kv_int8(void);
+
 /* f32 <-> IEEE half (F16C where the cpu has it). Round to nearest even;
  * overflow gives inf, subnormals are kept; NaNs keep sign and payload (the
  * top 10 bits of it on the way down) and come out quiet, exactly as F16C
