@@ -1006,6 +1006,13 @@ DEF_FDOTS512(fdots_q40_avx512, q40_body512(w, wst, x, ldx, n, NN, RR, out))
  * memory. Not used for F32 (see kvt_matmul). */
 
 /* F16 or BF16 (type constant). */
+/* The f16 and bf16 dot products ask for the weights this far ahead of
+ * their loads (prefetcht0, one a line): rows follow one another, so it
+ * runs into the next rows. On a Zen 5 EPYC a 1-row product from memory
+ * went from 0.46-0.56 of a plain read of the same bytes to 0.58-0.86
+ * with it; 8 KiB ahead measured no better. */
+#define DOTS_PF		4096
+
 AVX512_INLINE __m512 load16w(const void *w, size_t i, int type)
 {
 	__m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
@@ -1030,8 +1037,12 @@ AVX512_INLINE void dots512_body(const void *w0, size_t wst, const float *x, size
 	for (; i + 16 * U <= n; i += 16 * U)
 		for (unsigned u = 0; u < U; u++) {
 			__m512 wv[2];
-			for (unsigned k = 0; k < NW; k++)
+			for (unsigned k = 0; k < NW; k++) {
+				if (u % 2 == 0)		/* 32 values: a line */
+					_mm_prefetch((const char *)w[k] + 2 * (size_t)(i + 16 * u) + DOTS_PF,
+						     _MM_HINT_T0);
 				wv[k] = load16w(w[k], i + 16 * u, type);
+			}
 			for (unsigned r = 0; r < R; r++) {
 				__m512 xv = _mm512_loadu_ps(x + r * ldx + i + 16 * u);
 				for (unsigned k = 0; k < NW; k++)
