@@ -844,8 +844,11 @@ static void test_attention_int8(struct accs *accs)
 
 	if (kvt_cpu_simd() < 2)		/* the AVX2 and portable kernels keep f32 */
 		return;
+#if defined(__x86_64__) || defined(__i386__)
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & bit_AVX512VNNI) ||
-	    !(c & bit_AVX512VBMI)) {
+	    !(c & bit_AVX512VBMI))
+#endif
+	{
 		t_skip_part("int8-kv", "no AVX512-VNNI and VBMI here: decode on q8_0 and q4_0 K "
 			    "keeps f32 queries\n");
 		return;

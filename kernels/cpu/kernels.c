@@ -2838,18 +2838,18 @@ DEF_KVQI(4, scoresi4)
 /* The integer scores run here: AVX512-VNNI and VBMI, with BW. */
 static int kvqi_can(void)
 {
-	static int can = -1;	/* atomic */
-	int c = __atomic_load_n(&can, __ATOMIC_RELAXED);
+	static int can = -1;	/* atomic; 1 only once kvqi_idx is made */
+	int c = __atomic_load_n(&can, __ATOMIC_ACQUIRE);
 
 	if (c < 0) {
 		unsigned a, b, cx, d;
 
 		c = __get_cpuid_count(7, 0, &a, &b, &cx, &d) && (b & bit_AVX512BW) &&
 		    (cx & bit_AVX512VNNI) && (cx & bit_AVX512VBMI);
-		__atomic_store_n(&can, c, __ATOMIC_RELAXED);
+		if (c)
+			pthread_once(&kvqi_once, kvqi_idx_init);
+		__atomic_store_n(&can, c, __ATOMIC_RELEASE);
 	}
-	if (c)
-		pthread_once(&kvqi_once, kvqi_idx_init);
 	return c;
 }
 #endif
