@@ -156,10 +156,11 @@ static void usage_infer(const char *sub, FILE *f)
 			   "  --ctx 32K, --repeat 5, --fio-seconds 3\n");
 	else
 		fprintf(f, "                 [--tokens N] [--ctx N] [--steps N] [--warmup N] [--repeat N]\n"
-			   "                 [--bw-bytes SIZE] [--kv-type f16|f32|q8_0|q4_0]\n"
+			   "                 [--bw-bytes SIZE] [--kv-type f16|f32|q8_0|q4_0] [--set KEY=VALUE]\n"
 			   "  defaults: 8 layers, dim 1024, 16 heads (8 KV), ff 2816, vocab 4096, f16 weights;\n"
 			   "  --tokens 1024 (prefill), --ctx 4K (decode), --steps 8, --warmup 2, --repeat 3,\n"
-			   "  --bw-bytes 1G\n");
+			   "  --bw-bytes 1G\n"
+			   "  --set KEY=VALUE  a config key (docs/config.md), e.g. --set page_tokens=64\n");
 	fprintf(f, "  -m FILE  a GGUF Llama model instead of the synthetic one\n"
 		   "  --dir    where the NVMe tier file, the fio file and the model go ($TMPDIR or /tmp)\n");
 	if (strcmp(sub, "prefill"))
@@ -1208,8 +1209,9 @@ int bench_prefill(int argc, char **argv)
 		.syn = { .layers = 8, .dim = 1024, .heads = 16, .kv_heads = 8, .ff = 2816, .vocab = 4096,
 			 .seed = 1, .type = KVT_GGML_F16 },
 	};
-	int r = parse_opts(&o, O_COMMON | OBIT(O_CTX) | OBIT(O_STEPS) | OBIT(O_WARMUP) |
-			   OBIT(O_REPEAT) | OBIT(O_TOKENS) | OBIT(O_BW_BYTES) | OBIT(O_KV_TYPE),
+	int r = parse_opts(&o, O_COMMON | OBIT(O_SET) | OBIT(O_CTX) | OBIT(O_STEPS) |
+			   OBIT(O_WARMUP) | OBIT(O_REPEAT) | OBIT(O_TOKENS) | OBIT(O_BW_BYTES) |
+			   OBIT(O_KV_TYPE),
 			   argc, argv);
 
 	if (r || o.nctx != 1) {

@@ -1687,6 +1687,8 @@ struct attn_page {
 	size_t		 sst;
 	unsigned	 hd;
 	float		 scale;
+	const char	*pf;		/* fused kernels: pull these pfn bytes in */
+	size_t		 pfn;		/* as they go */
 };
 
 /* The portable kernels take f32 K and V only. */
@@ -2528,6 +2530,202 @@ AVX512 static void pv2_avx512(const struct attn_page *pg, const struct attn_grou
 		pv2_avx512_body(pg, gr, t0, T, 0);
 }
 
+/*
+ * Decode with K and V read in place, when each of the group's NQ live
+ * queries sees every token of the page (every page of a decode but a
+ * batch's last): steps 1 to 3 fused, 16 tokens at a time, with the
+ * scores, probabilities, m, l and c in registers. Apart, the steps cost
+ * more than their arithmetic on 16-token pages: three calls a KV head,
+ * each token's score reduced alone, S written and read twice. Here each
+ * token's dot products sum in a vector each, and 16 such vectors (16 / NQ
+ * tokens) are reduced together; the online softmax takes 16 tokens at
+ * once (c and p from exp16); o += p V goes 64 dims at a time, o in
+ * registers. The next page's share for this KV head (pg->pf) is asked
+ * for a line or two at a time between the products, so that its reads
+ * overlap them: asked for in one burst, the prefetches wait on the line
+ * fill buffers, and nothing is computed meanwhile (docs/benchmarks.md).
+ */
+
+/* The 16 sums of a[0..15] in one vector: lane i is the sum of a[i]. */
+AVX512_INLINE __m512 hsum16x16(const __m512 *a)
+{
+	__m512 b[8], c[4], d[2];
+
+	/* The tree leaves lane 4L + j holding the sum of its input 4j + L:
+	 * so input m is a[4 (m % 4) + m / 4]. */
+	for (unsigned i = 0; i < 8; i++) {
+		__m512 x = a[4 * (2 * i % 4) + 2 * i / 4], y = a[4 * ((2 * i + 1) % 4) + 2 * i / 4];
+
+		b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+	}
+	for (unsigned i = 0; i < 4; i++)
+		c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+				     _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
+	for (unsigned i = 0; i < 2; i++)
+		d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+				     _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xee));
+	return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xdd));
+}
+
+/* Up to k more lines of the next page (*pf, *pn bytes left) on their way. */
+AVX512_INLINE void pf_step(const char **pf, size_t *pn, unsigned k)
+{
+	for (unsigned i = 0; i < k && *pn; i++) {
+		_mm_prefetch(*pf, _MM_HINT_T0);
+		*pf += 64;
+		*pn = *pn > 64 ? *pn - 64 : 0;
+	}
+}
+
+/* o[0..NQ) (DW vectors from dim d) = o c + sum_t P[q][t] V_t over n tokens. */
+AVX512_INLINE void pvf_dims(const struct attn_page *pg, const struct attn_group *gr,
+			    unsigned t0, unsigned n, unsigned d, const float (*P)[16],
+			    const float *c, unsigned NQ, unsigned DW, int f16, const char **pfp,
+			    size_t *pnp, unsigned pk)
+{
+	__m512 o[4][4];
+
+	for (unsigned q = 0; q < NQ; q++)
+		for (unsigned i = 0; i < DW; i++)
+			o[q][i] = _mm512_mul_ps(_mm512_loadu_ps(gr->o[q] + d + 16 * i),
+						_mm512_set1_ps(c[q]));
+	for (unsigned t = 0; t < n; t++) {
+		const void *vr = kv_at(pg->v, (t0 + t) * pg->vst + d, f16);
+		__m512 v[4];
+
+		pf_step(pfp, pnp, pk);
+		for (unsigned i = 0; i < DW; i++)
+			v[i] = kv_load16(kv_at(vr, 16 * i, f16), f16);
+		for (unsigned q = 0; q < NQ; q++) {
+			__m512 p = _mm512_set1_ps(P[q][t]);
+
+			for (unsigned i = 0; i < DW; i++)
+				o[q][i] = _mm512_fmadd_ps(p, v[i], o[q][i]);
+		}
+	}
+	for (unsigned q = 0; q < NQ; q++)
+		for (unsigned i = 0; i < DW; i++)
+			_mm512_storeu_ps(gr->o[q] + d + 16 * i, o[q][i]);
+}
+
+AVX512_INLINE void fused_body(const struct attn_page *pg, struct attn_group *gr, unsigned T,
+			      unsigned NQ, int f16)
+{
+	const unsigned hd = pg->hd, TB = 16 / NQ;
+	float m[4], l[4], pl[4], c[4];
+	float P[4][16] __attribute__((aligned(64)));
+	/* the next page's share: pk lines an inner step, pn bytes left */
+	const unsigned its = (T + 15) / 16 * NQ * (hd / 16) + T * ((hd + 63) / 64);
+	const unsigned pk = (unsigned)((pg->pfn / 64 + its - 1) / its);
+	const char *pf = pg->pf;
+	size_t pn = pg->pfn;
+
+	for (unsigned q = 0; q < NQ; q++) {
+		m[q] = *gr->m[q];
+		l[q] = *gr->l[q];
+		pl[q] = 0;
+	}
+	for (unsigned t0 = 0; t0 < T; t0 += 16) {
+		const unsigned n = T - t0 < 16 ? T - t0 : 16;
+		const __mmask16 live = (__mmask16)((1u << n) - 1);
+		__m512 z[4], s[4];
+
+		/* z[r] lane j NQ + q: query q against token t0 + r TB + j
+		 * (past T: T - 1 again) */
+		for (unsigned r = 0; r < NQ; r++) {
+			const void *k[16];
+			__m512 a[16];
+
+			for (unsigned j = 0; j < TB; j++) {
+				unsigned t = t0 + r * TB + j;
+
+				k[j] = kv_at(pg->k, (size_t)(t < T ? t : T - 1) * pg->kst, f16);
+			}
+			for (unsigned i = 0; i < 16; i++)
+				a[i] = _mm512_setzero_ps();
+			for (unsigned d = 0; d < hd; d += 16) {
+				__m512 y[4];
+
+				pf_step(&pf, &pn, pk);
+				for (unsigned q = 0; q < NQ; q++)
+					y[q] = _mm512_loadu_ps(gr->q[q] + d);
+				for (unsigned j = 0; j < TB; j++) {
+					__m512 x = kv_load16(kv_at(k[j], d, f16), f16);
+
+					for (unsigned q = 0; q < NQ; q++)
+						a[j * NQ + q] = _mm512_fmadd_ps(y[q], x, a[j * NQ + q]);
+				}
+			}
+			z[r] = hsum16x16(a);
+		}
+		/* s[q] lane t: query q against token t0 + t */
+		if (NQ == 1) {
+			s[0] = z[0];
+		} else if (NQ == 2) {
+			const __m512i i0 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+							     24, 26, 28, 30);
+
+			s[0] = _mm512_permutex2var_ps(z[0], i0, z[1]);
+			s[1] = _mm512_permutex2var_ps(z[0], _mm512_add_epi32(i0, _mm512_set1_epi32(1)),
+						      z[1]);
+		} else {
+			const __m512i i0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0,
+							     0, 0, 0, 0);
+
+			for (unsigned q = 0; q < 4; q++) {
+				__m512i iq = _mm512_add_epi32(i0, _mm512_set1_epi32((int)q));
+				__m512 u = _mm512_permutex2var_ps(z[0], iq, z[1]);
+				__m512 w = _mm512_permutex2var_ps(z[2], iq, z[3]);
+
+				s[q] = _mm512_shuffle_f32x4(u, w, 0x44);
+			}
+		}
+		for (unsigned q = 0; q < NQ; q++) {
+			float mx, mn;
+			__m512 p;
+
+			/* lanes past the page hold token T - 1 again: the
+			 * max is right, and their p is masked to 0 */
+			s[q] = _mm512_mul_ps(s[q], _mm512_set1_ps(pg->scale));
+			mx = _mm512_reduce_max_ps(s[q]);
+			mn = mx > m[q] ? mx : m[q];
+			c[q] = m[q] == -INFINITY ? 0 :
+			       _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[q] - mn)));
+			p = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[q], _mm512_set1_ps(mn))));
+			_mm512_store_ps(P[q], p);
+			l[q] = l[q] * c[q] + _mm512_reduce_add_ps(p);
+			pl[q] = pl[q] * c[q] + _mm512_reduce_add_ps(p);
+			m[q] = mn;
+		}
+		unsigned d = 0;
+
+		for (; d + 64 <= hd; d += 64)
+			pvf_dims(pg, gr, t0, n, d, P, c, NQ, 4, f16, &pf, &pn, pk);
+		for (; d < hd; d += 16)
+			pvf_dims(pg, gr, t0, n, d, P, c, NQ, 1, f16, &pf, &pn, pk);
+	}
+	for (unsigned q = 0; q < NQ; q++) {
+		*gr->m[q] = m[q];
+		*gr->l[q] = l[q];
+		if (gr->pm[q]) {
+			*gr->pm[q] = m[q];
+			*gr->pl[q] = pl[q];
+		}
+	}
+}
+
+#define DEF_FUSED(NQ, name)								\
+AVX512 static void name(const struct attn_page *pg, struct attn_group *gr, unsigned T)	\
+{											\
+	if (pg->f16)									\
+		fused_body(pg, gr, T, NQ, 1);						\
+	else										\
+		fused_body(pg, gr, T, NQ, 0);						\
+}
+DEF_FUSED(1, fused1_avx512)
+DEF_FUSED(2, fused2_avx512)
+DEF_FUSED(4, fused4_avx512)
+
 /* Decode over q8_0 and q4_0 KV, read in place (pg->q): each block
  * dequantized in registers, d q or d (q - 8), exact, then the same sums in
  * the same order as the f32 kernels over a gathered page, so the same
@@ -3070,17 +3268,28 @@ static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsi
 typedef void scores_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
 typedef void pv_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
 		   unsigned T);
+typedef void fused_fn(const struct attn_page *pg, struct attn_group *gr, unsigned T);
 
 /* The kernels for one page, picked once per call: scores[n - 1] and
  * pv[n - 1] for a group in which only the first n queries may see
- * something (n = 1, 2, 4; NULL where only the four-wide ones exist). */
+ * something (n = 1, 2, 4; NULL where only the four-wide ones exist);
+ * fused[n - 1], where set, when those n see the whole page. */
 struct attn_kernels {
 	scores_fn *scores[4];
 	pv_fn *pv[4];
+	fused_fn *fused[4];
 	int simd;
 };
 
-static void attend_group(const struct attn_page *pg, struct attn_group *gr,
+/* pg's share of the next page, asked for at once. */
+static void pf_burst(struct attn_page *pg)
+{
+	for (size_t off = 0; off < pg->pfn; off += 64)
+		__builtin_prefetch(pg->pf + off, 0, 2);
+	pg->pfn = 0;
+}
+
+static void attend_group(struct attn_page *pg, struct attn_group *gr,
 			 const struct attn_kernels *kn)
 {
 	unsigned T = 0, n = 4;
@@ -3095,6 +3304,18 @@ static void attend_group(const struct attn_page *pg, struct attn_group *gr,
 		n = gr->nv[1] ? 2 : 1;
 	if (!kn->scores[n - 1])
 		n = 4;
+	if (kn->fused[n - 1]) {
+		unsigned s = 0;
+
+		while (s < n && gr->nv[s] == T)
+			s++;
+		if (s == n) {
+			kn->fused[n - 1](pg, gr, T);
+			pg->pfn = 0;
+			return;
+		}
+		pf_burst(pg);
+	}
 	kn->scores[n - 1](pg, gr, T);
 	for (unsigned s = 0; s < n; s++)
 		softmax_step(pg, gr, s, T, kn->simd);
@@ -3179,7 +3400,7 @@ static void gather_head(const struct kvt_attn_shape *sh, float *kf, float *vf, c
 /* The query vectors of KV head g, four at a time, against the page pg
  * (ntok tokens at pos0; qpos NULL: every row sees all of them). The
  * scratch at a->s holds the dummy o, m and l, then pg->S. */
-static void fold_head(struct kvt_attn_acc *a, const struct attn_page *pg,
+static void fold_head(struct kvt_attn_acc *a, struct attn_page *pg,
 		      const struct attn_kernels *kn, unsigned g, const float *q,
 		      const uint32_t *qpos, uint32_t pos0, unsigned ntok, float *pm, float *pl)
 {
@@ -3344,6 +3565,11 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	 * their own; the portable kernels take f32 only. */
 	if (kn.simd && nq <= 4 && !kvt_kv_block(sh->kv_type))
 		gather = 0;
+	if (!gather && kn.simd >= 2 && hd % 16 == 0 && !kvt_kv_block(sh->kv_type)) {
+		kn.fused[0] = fused1_avx512;
+		kn.fused[1] = fused2_avx512;
+		kn.fused[3] = fused4_avx512;
+	}
 	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
 					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
@@ -3385,10 +3611,12 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 #ifdef KVT_X86
 	/* Read in place, each KV head walks the page's rows kvst apart, a
 	 * stride that leaves the hardware prefetchers behind: ask for the
-	 * whole page (32 KiB of a usual decode page) up front. At 16K tokens
-	 * of MHA decode this made the step 1.4 times faster (kvt-bench
-	 * prefill, docs/benchmarks.md). */
-	if (!gather) {
+	 * whole page up front, which at 16K tokens of MHA decode made the
+	 * step 1.4 times faster on a Xeon (kvt-bench prefill,
+	 * docs/benchmarks.md). Not when the fused kernels are told of the
+	 * next page: they pull it in as they go (below), so this one came
+	 * in while the last was folded. */
+	if (!gather && (!kn.fused[0] || !next)) {
 		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)nmax * kvst);
 
 		kvt_cpu_prefetch(k, bytes);
@@ -3398,16 +3626,22 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	for (unsigned g = 0; g < sh->n_kv_heads; g++) {
 		/* The next page's share for this head, so that its reads run
 		 * while this page is folded rather than all at once before
-		 * it (a prefetch waits when the line fill buffers are full),
-		 * and into L2 (prefetcht1), which measured faster than into
-		 * L1 or L3 at 16K (docs/benchmarks.md). */
+		 * it. The fused kernels spread it over their loops, a line or
+		 * two between the products; the others ask for it here, into
+		 * L2 (prefetcht1), which measured faster than into L1 or L3 at
+		 * 16K (docs/benchmarks.md). A burst waits once the line fill
+		 * buffers are full, and then nothing is computed meanwhile. */
+		pg.pf = NULL;
+		pg.pfn = 0;
 		if (next) {
 			size_t b0 = next_bytes * g / sh->n_kv_heads & ~(size_t)63;
 			size_t b1 = g + 1 == sh->n_kv_heads ? next_bytes :
 				    next_bytes * (g + 1) / sh->n_kv_heads & ~(size_t)63;
 
-			for (size_t off = b0; off < b1; off += 64)
-				__builtin_prefetch((const char *)next + off, 0, 2);
+			pg.pf = (const char *)next + b0;
+			pg.pfn = b1 - b0;
+			if (!kn.fused[0])
+				pf_burst(&pg);
 		}
 		if (gather) {
 			float *kf = pg.S + 4 * (size_t)ntok, *vf = kf + (size_t)nmax * hd;
