@@ -231,13 +231,30 @@ static int cpu_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *p
 {
 	struct cpu_cx *c = ctx;
 	struct kvt_attn_acc *a = &c->acc[part];
-	const void *next = pf_next;
+	const struct kvt_attn_shape *sh = &c->acc_sh;
+	const void *last = pf_next, *next = last;
+	size_t bytes = pf_bytes;
 	int r = 0;
 
 	pf_next = NULL;
-	for (unsigned i = 0; i < n && !r; i++)
+	for (unsigned i = 0; i < n && !r; i++) {
+		/* Within the call the next page is the next ref: its K, and its
+		 * V where it follows K, as in the pager's pages; after the last
+		 * one, the page the runtime named (cpu_prefetch). */
+		if (i + 1 < n) {
+			const struct kvt_page_ref *x = &pg[i + 1];
+			size_t kb = kvt_kv_bytes(sh->kv_type,
+						 (size_t)x->ntok * sh->n_kv_heads * sh->head_dim);
+
+			next = x->k;
+			bytes = (const char *)x->v == (const char *)x->k + kb ? 2 * kb : kb;
+		} else {
+			next = last;
+			bytes = pf_bytes;
+		}
 		r = kvt_attn_page_ahead(a, c->q, c->qpos, pg[i].k, pg[i].v, pg[i].ntok, pg[i].pos0,
-					pg[i].pm, pg[i].pl, i + 1 == n ? next : NULL, pf_bytes);
+					pg[i].pm, pg[i].pl, next, bytes);
+	}
 	return r;
 }
 
