@@ -1687,8 +1687,9 @@ struct attn_page {
 	size_t		 sst;
 	unsigned	 hd;
 	float		 scale;
-	const char	*pf;		/* fused kernels: pull these pfn bytes in */
-	size_t		 pfn;		/* as they go */
+	const char	*pf;		/* the next page's share for this KV head, */
+	size_t		 pfn;		/* pfn bytes: kernels that spread it ask */
+	unsigned	 pft;		/* for it over pft tokens (pf_part) */
 };
 
 /* The portable kernels take f32 K and V only. */
@@ -1735,6 +1736,18 @@ AVX2_INLINE __m256 kv_load8(const void *p, int f16)
 AVX2_INLINE float kv_load1(const void *p, size_t i, int f16)
 {
 	return f16 ? _cvtsh_ss(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Step i of n of a kernel that asks for half h (0 or 1) of the next
+ * page's share, the rest of it a step at a time. */
+AVX2_INLINE void pf_part(const struct attn_page *pg, unsigned h, unsigned i, unsigned n)
+{
+	const unsigned lines = (unsigned)(pg->pfn / 64), h0 = h * lines / 2;
+	const unsigned h1 = (h + 1) * lines / 2, step = (h1 - h0 + n - 1) / n;
+	unsigned a = h0 + i * step, b = a + step < h1 ? a + step : h1;
+
+	for (; a < b; a++)
+		_mm_prefetch(pg->pf + 64 * (size_t)a, _MM_HINT_T0);
 }
 
 /* Step 1 two tokens at a time: eight accumulators, reduced together. */
@@ -2792,6 +2805,7 @@ AVX512_INLINE void scoresq_body(const struct attn_page *pg, const struct attn_gr
 		const uint8_t *k[8];
 		__m512 a[8];
 
+		pf_part(pg, 0, t / TT, (T + TT - 1) / TT);
 		kvq_rows(pg, t, T, TT, type, k);
 		for (unsigned i = 0; i < 8; i++)
 			a[i] = _mm512_setzero_ps();
@@ -2828,6 +2842,8 @@ AVX512_INLINE void pvq_chunk(const struct attn_page *pg, const struct attn_group
 	for (unsigned t = t0; t < T; t++) {
 		const uint8_t *vr = (const uint8_t *)pg->v + kvt_kv_bytes(type, (size_t)t * pg->vst + d);
 
+		if (!d)
+			pf_part(pg, 1, t, pg->pft);
 		for (unsigned b = 0; b < W; b++)
 			kvq_block(vr + kvt_kv_bytes(type, 32 * b), type, &x[2 * b], &x[2 * b + 1]);
 		for (unsigned s = 0; s < NQ; s++) {
@@ -2988,6 +3004,7 @@ VNNI_INLINE void scoresi_body(const struct attn_page *pg, const struct attn_grou
 		const uint8_t *k[8];
 		__m512 a[8];
 
+		pf_part(pg, 0, t / TT, (T + TT - 1) / TT);
 		kvq_rows(pg, t, T, TT, type, k);
 		for (unsigned i = 0; i < 8; i++)
 			a[i] = _mm512_setzero_ps();
@@ -3278,6 +3295,7 @@ struct attn_kernels {
 	scores_fn *scores[4];
 	pv_fn *pv[4];
 	fused_fn *fused[4];
+	int spread;		/* the kernels ask for pg->pf themselves */
 	int simd;
 };
 
@@ -3314,8 +3332,9 @@ static void attend_group(struct attn_page *pg, struct attn_group *gr,
 			pg->pfn = 0;
 			return;
 		}
-		pf_burst(pg);
+		pf_burst(pg);	/* the kernels below do not spread it */
 	}
+	pg->pft = T;
 	kn->scores[n - 1](pg, gr, T);
 	for (unsigned s = 0; s < n; s++)
 		softmax_step(pg, gr, s, T, kn->simd);
@@ -3323,6 +3342,7 @@ static void attend_group(struct attn_page *pg, struct attn_group *gr,
 		kn->pv[n - 1](pg, gr, t0, t0 + PV_TOK < T ? t0 + PV_TOK : T);
 		gr->c[0] = gr->c[1] = gr->c[2] = gr->c[3] = 1;
 	}
+	pg->pfn = 0;
 }
 
 /* A quantized KV row run of nblk blocks into floats, as kvt_dequant does
@@ -3569,12 +3589,14 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 		kn.fused[0] = fused1_avx512;
 		kn.fused[1] = fused2_avx512;
 		kn.fused[3] = fused4_avx512;
+		kn.spread = 1;
 	}
 	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
 					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
 		if (hd <= 2 * QK * KVQI_CH && kvt_cpu_kv_int8())
 			kn.scores[0] = scoresi1, kn.scores[1] = scoresi2, kn.scores[3] = scoresi4;
+		kn.spread = 1;
 		gather = 0;
 	} else if (kn.simd == 1 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq8_1, scoresq8_2, NULL, scoresq8_4 },
@@ -3613,10 +3635,10 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	 * stride that leaves the hardware prefetchers behind: ask for the
 	 * whole page up front, which at 16K tokens of MHA decode made the
 	 * step 1.4 times faster on a Xeon (kvt-bench prefill,
-	 * docs/benchmarks.md). Not when the fused kernels are told of the
-	 * next page: they pull it in as they go (below), so this one came
-	 * in while the last was folded. */
-	if (!gather && (!kn.fused[0] || !next)) {
+	 * docs/benchmarks.md). Not when the kernels that spread the next
+	 * page's reads over their work are told of one (below): this page
+	 * came in while the last was folded. */
+	if (!gather && (!kn.spread || !next)) {
 		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)nmax * kvst);
 
 		kvt_cpu_prefetch(k, bytes);
@@ -3626,8 +3648,9 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	for (unsigned g = 0; g < sh->n_kv_heads; g++) {
 		/* The next page's share for this head, so that its reads run
 		 * while this page is folded rather than all at once before
-		 * it. The fused kernels spread it over their loops, a line or
-		 * two between the products; the others ask for it here, into
+		 * it. The fused and the quantized kernels spread it over their
+		 * loops, a line or two between the products (pf_step, pf_part);
+		 * the others ask for it here, into
 		 * L2 (prefetcht1), which measured faster than into L1 or L3 at
 		 * 16K (docs/benchmarks.md). A burst waits once the line fill
 		 * buffers are full, and then nothing is computed meanwhile. */
@@ -3640,7 +3663,7 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 
 			pg.pf = (const char *)next + b0;
 			pg.pfn = b1 - b0;
-			if (!kn.fused[0])
+			if (!kn.spread)
 				pf_burst(&pg);
 		}
 		if (gather) {
