@@ -40,6 +40,7 @@
 #endif
 
 #include "common.h"
+#include "kernels/compute.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/qdots.h"
 #include "kernels/cpu/quants.h"
@@ -880,6 +881,66 @@ static void test_attention_int8(struct accs *accs)
 	CHECK(q8_moved > 1e-4);
 }
 
+/* The cpu backend's attn_pages given a run of pages in one call, each
+ * page told of the next (K then V in one buffer, as the pager lays a
+ * page out; the last page short, so its V does not follow its K): the
+ * same output, to the bit, as kvt_attn_page a page at a time. */
+static void test_attn_pages_call(void)
+{
+	static const int kv_types[] = { KVT_KV_F16, KVT_KV_F32, KVT_KV_Q8_0, KVT_KV_Q4_0 };
+	static const unsigned geo[][3] = { { 16, 8, 64 }, { 32, 8, 128 }, { 4, 4, 64 } };
+	struct kvt_compute cx;
+	char why[256];
+
+	CHECK_EQ(kvt_compute_open(NULL, 1, &cx, why, sizeof(why)), 0);
+	for (unsigned c = 0; c < 12; c++) {
+		const int kv_type = kv_types[c % 4];
+		const unsigned n_head = geo[c / 4][0], n_kv = geo[c / 4][1], hd = geo[c / 4][2];
+		const unsigned pt = kvt_kv_block(kv_type) ? 64 : 16, n_pages = 2 + rndn(8);
+		const unsigned last = 1 + rndn(pt), n_ctx = (n_pages - 1) * pt + last;
+		const size_t half = kvt_kv_bytes(kv_type, (size_t)pt * n_kv * hd), pb = 2 * half;
+		struct kvt_attn_shape sh = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
+		uint8_t *buf = xmalloc(n_pages * pb);
+		float *q = xmalloc((size_t)n_head * hd * 4), *o1 = xmalloc((size_t)n_head * hd * 4);
+		float *o2 = xmalloc((size_t)n_head * hd * 4), row[1024];
+		struct kvt_page_ref *refs = xmalloc(n_pages * sizeof(*refs));
+		struct kvt_attn_acc a;
+		uint32_t qpos = n_ctx - 1;
+
+		for (size_t r = 0; r < (size_t)n_pages * pt * 2; r++) {	/* K and V rows */
+			uint8_t *dst = buf + kvt_kv_bytes(kv_type, r * n_kv * hd);
+
+			for (unsigned j = 0; j < n_kv * hd; j++)
+				row[j] = rndf();
+			if (kvt_kv_block(kv_type))
+				kvt_quantize((uint32_t)kvt_kv_block(kv_type), dst, row, n_kv * hd);
+			else if (kv_type == KVT_KV_F16)
+				kvt_f32_to_f16((uint16_t *)dst, row, n_kv * hd);
+			else
+				memcpy(dst, row, n_kv * hd * sizeof(float));
+		}
+		for (size_t i = 0; i < (size_t)n_head * hd; i++)
+			q[i] = 2 * rndf();
+		for (unsigned i = 0; i < n_pages; i++)
+			refs[i] = (struct kvt_page_ref){ .k = buf + i * pb, .v = buf + i * pb + half,
+							 .ntok = i + 1 < n_pages ? pt : last,
+							 .pos0 = i * pt };
+		CHECK_EQ(cx.ops->attn_begin(cx.ctx, &sh, q, &qpos, 1, n_pages), 0);
+		CHECK_EQ(cx.ops->attn_pages(cx.ctx, 0, refs, n_pages), 0);
+		CHECK_EQ(cx.ops->attn_end(cx.ctx, o1), 0);
+		CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
+		for (unsigned i = 0; i < n_pages; i++)
+			CHECK_EQ(kvt_attn_page(&a, q, &qpos, refs[i].k, refs[i].v, refs[i].ntok,
+					       refs[i].pos0), 0);
+		kvt_attn_finish(&a, o2);
+		CHECK(!memcmp(o1, o2, (size_t)n_head * hd * 4));
+		kvt_attn_acc_free(&a);
+		free(buf); free(q); free(o1); free(o2); free(refs);
+	}
+	kvt_compute_close(&cx);
+	fprintf(stderr, "attention: the cpu backend's attn_pages over runs of pages equals kvt_attn_page, to the bit\n");
+}
+
 static void test_attention(void)
 {
 	struct accs accs[4];	/* one set per KV type: reused */
@@ -922,6 +983,7 @@ static void test_attention(void)
 	fprintf(stderr, "attention: %u cases ok (f16, f32, q8_0, q4_0 KV), worst error %.2e of max |ref|\n",
 		cases, worst);
 	test_attention_int8(accs);
+	test_attn_pages_call();
 
 	/* A row that sees nothing at all: the page lies after it. m stays
 	 * -inf, l 0, the output zeros, and merging it changes nothing. */

@@ -232,8 +232,8 @@ static int cpu_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *p
 	struct cpu_cx *c = ctx;
 	struct kvt_attn_acc *a = &c->acc[part];
 	const struct kvt_attn_shape *sh = &c->acc_sh;
-	const void *last = pf_next, *next = last;
-	size_t bytes = pf_bytes;
+	const void *last = pf_next, *next;
+	size_t bytes;
 	int r = 0;
 
 	pf_next = NULL;

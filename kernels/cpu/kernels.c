@@ -2545,8 +2545,8 @@ AVX512 static void pv2_avx512(const struct attn_page *pg, const struct attn_grou
 
 /*
  * Decode with K and V read in place, when each of the group's NQ live
- * queries sees every token of the page (every page of a decode but a
- * batch's last): steps 1 to 3 fused, 16 tokens at a time, with the
+ * queries sees the same first T tokens of the page (all of them in every
+ * page of a decode but a batch's last): steps 1 to 3 fused, 16 tokens at a time, with the
  * scores, probabilities, m, l and c in registers. Apart, the steps cost
  * more than their arithmetic on 16-token pages: three calls a KV head,
  * each token's score reduced alone, S written and read twice. Here each
@@ -2585,8 +2585,12 @@ AVX512_INLINE void pf_step(const char **pf, size_t *pn, unsigned k)
 {
 	for (unsigned i = 0; i < k && *pn; i++) {
 		_mm_prefetch(*pf, _MM_HINT_T0);
+		if (*pn <= 64) {
+			*pn = 0;
+			break;
+		}
 		*pf += 64;
-		*pn = *pn > 64 ? *pn - 64 : 0;
+		*pn -= 64;
 	}
 }
 
@@ -3290,7 +3294,7 @@ typedef void fused_fn(const struct attn_page *pg, struct attn_group *gr, unsigne
 /* The kernels for one page, picked once per call: scores[n - 1] and
  * pv[n - 1] for a group in which only the first n queries may see
  * something (n = 1, 2, 4; NULL where only the four-wide ones exist);
- * fused[n - 1], where set, when those n see the whole page. */
+ * fused[n - 1], where set, when those n all see the same T tokens. */
 struct attn_kernels {
 	scores_fn *scores[4];
 	pv_fn *pv[4];
