@@ -944,36 +944,39 @@ static void test_attn_pages_call(void)
 static void test_attention(void)
 {
 	struct accs accs[4];	/* one set per KV type: reused */
-	const unsigned heads[][2] = { { 8, 2 }, { 4, 4 }, { 6, 1 } };
+	/* four, one, six and seven query heads to a KV head: in decode, six
+	 * and seven are read in place two groups a KV head, the second
+	 * with fillers */
+	const unsigned heads[][2] = { { 8, 2 }, { 4, 4 }, { 6, 1 }, { 14, 2 } };
 	/* 64 and 128 as in the models; 80 leaves 16 past the AVX-512
 	 * kernels' 32-wide steps, 20 is no multiple of 16 (AVX2 kernels,
 	 * with tails). */
 	const unsigned hds[] = { 64, 128, 80, 20 };
 	/* Every combination of KV type, one row or many, heads and head
-	 * size once in 48 cases, twice in 96. Scaled down (the sanitizer
-	 * builds), still all 48, so the head sizes with tails are there at
+	 * size once in 64 cases, twice in 128. Scaled down (the sanitizer
+	 * builds), still all 64, so the head sizes with tails are there at
 	 * every scale; the contexts shrink instead. */
-	unsigned cases = t_scale(96) < 48 ? 48 : t_scale(96), long_ctx = t_scale(300);
+	unsigned cases = t_scale(128) < 64 ? 64 : t_scale(128), long_ctx = t_scale(300);
 	double worst = 0;
 
 	memset(accs, 0, sizeof(accs));
 	for (unsigned c = 0; c < cases; c++) {
 		int kv_type = c & 1 ? KVT_KV_F32 : KVT_KV_F16;
 		unsigned rows = c >> 1 & 1 ? 1 : 2 + rndn(14);
-		const unsigned *h = heads[(c >> 2) % 3];
-		unsigned hd = hds[(c >> 2) / 3 % 4];
+		const unsigned *h = heads[(c >> 2) % 4];
+		unsigned hd = hds[(c >> 2) / 4 % 4];
 		unsigned n_ctx = 1 + rndn(c % 5 == 0 ? 40 : long_ctx < 40 ? 40 : long_ctx);
 
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, n_ctx, &accs[kv_type],
 					      c % 3 == 0));
 	}
-	/* q8_0 and q4_0 KV: head sizes of whole blocks; one query, two or
-	 * four per KV head (decode: read in place with AVX-512) and more
-	 * (dequantized a head at a time). */
-	for (unsigned c = 0; c < t_scale(64); c++) {
-		static const unsigned qheads[][2] = { { 8, 2 }, { 4, 4 }, { 4, 2 }, { 6, 1 } };
+	/* q8_0 and q4_0 KV: head sizes of whole blocks; one query, two,
+	 * four, six or eight per KV head (decode: read in place with
+	 * AVX-512) and more (dequantized a head at a time). */
+	for (unsigned c = 0; c < t_scale(80); c++) {
+		static const unsigned qheads[][2] = { { 8, 2 }, { 4, 4 }, { 4, 2 }, { 6, 1 }, { 16, 2 } };
 		unsigned rows = c & 1 ? 1 : 2 + rndn(14), hd = c & 2 ? 128 : 64;
-		const unsigned *h = qheads[(c >> 3) % 4];
+		const unsigned *h = qheads[(c >> 3) % 5];
 		int kv_type = c & 4 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
 
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, rows, 1 + rndn(300),

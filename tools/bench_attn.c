@@ -77,15 +77,16 @@ int bench_attn(int argc, char **argv)
 	uint64_t ctxs[16];
 	int nctx = bench_parse_list("4K,16K,64K", ctxs, 16), reps = 5, json = 0, c, r;
 	unsigned heads = 32, kv_heads = 8, hd = 128, pt = 16, threads = 0;
+	int kvt = KVT_KV_F16;
 	const char *devname = "cpu";
 	static const struct option opts[] = {
 		{ "ctx", required_argument, 0, 'c' }, { "repeat", required_argument, 0, 'r' },
 		{ "device", required_argument, 0, 'd' }, { "heads", required_argument, 0, 'H' },
 		{ "kv-heads", required_argument, 0, 'K' }, { "head-dim", required_argument, 0, 'D' },
 		{ "page-tokens", required_argument, 0, 'P' }, { "threads", required_argument, 0, 't' },
-		{ "json", no_argument, 0, 'j' }, { 0 } };
+		{ "kv-type", required_argument, 0, 'k' }, { "json", no_argument, 0, 'j' }, { 0 } };
 
-	while ((c = getopt_long(argc, argv, "c:r:d:H:K:D:P:t:j", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:r:d:H:K:D:P:t:k:j", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': nctx = bench_parse_list(optarg, ctxs, 16); break;
 		case 'r': reps = atoi(optarg); break;
@@ -95,14 +96,23 @@ int bench_attn(int argc, char **argv)
 		case 'D': hd = (unsigned)atoi(optarg); break;
 		case 'P': pt = (unsigned)atoi(optarg); break;
 		case 't': threads = (unsigned)atoi(optarg); break;
+		case 'k':
+			for (kvt = KVT_KV_Q4_0; kvt >= 0 && strcmp(optarg, kvt_kv_name(kvt)); kvt--)
+				;
+			if (kvt < 0) {
+				fprintf(stderr, "kvt-bench attn: --kv-type %s: not f16, f32, q8_0 or "
+					"q4_0\n", optarg);
+				return 2;
+			}
+			break;
 		case 'j': json = 1; break;
 		default: return 2;
 		}
 	}
 	if (nctx <= 0 || reps < 1 || reps > 64 || !heads || !kv_heads || heads % kv_heads || !hd ||
-	    hd > 256 || !pt) {
+	    hd > 256 || !pt || (kvt_kv_block(kvt) && hd % 32)) {
 		fprintf(stderr, "kvt-bench attn: bad --ctx, --repeat or geometry (heads a multiple "
-			"of kv-heads, head-dim 1..256)\n");
+			"of kv-heads, head-dim 1..256, a multiple of 32 for q8_0 and q4_0)\n");
 		return 2;
 	}
 
@@ -121,18 +131,21 @@ int bench_attn(int argc, char **argv)
 	}
 	cx.ops->describe(cx.ctx, why, sizeof(why));
 	if (!json)
-		printf("attention on %s: %u heads, %u KV heads x %u, f16, %u-token pages, one query "
-		       "row\n%-6s %8s %10s %12s %12s %7s\n", why, heads, kv_heads, hd, pt, "ctx", "pages",
+		printf("attention on %s: %u heads, %u KV heads x %u, %s, %u-token pages, one query "
+		       "row\n%-6s %8s %10s %12s %12s %7s\n", why, heads, kv_heads, hd, kvt_kv_name(kvt),
+		       pt, "ctx", "pages",
 		       "MiB", "attn GB/s", "copy GB/s", "ratio");
 
 	const struct kvt_attn_shape sh = {
 		.rows = 1, .n_head = heads, .n_kv_heads = kv_heads, .head_dim = hd,
-		.scale = 1.0f / sqrtf((float)hd), .kv_type = KVT_KV_F16,
+		.scale = 1.0f / sqrtf((float)hd), .kv_type = kvt,
 	};
-	const size_t half = (size_t)pt * kv_heads * hd * 2, pb = 2 * half;
+	const size_t half = kvt_kv_bytes(kvt, (size_t)pt * kv_heads * hd), pb = 2 * half;
+	/* the fill repeats whole blocks: 34 and 18 bytes for q8_0 and q4_0 */
+	const size_t bs = kvt_kv_block(kvt) ? kvt_kv_bytes(kvt, 32) : 4;
 	for (int ci = 0; ci < nctx; ci++) {
 		unsigned n = (unsigned)((ctxs[ci] + pt - 1) / pt);
-		size_t bytes = (size_t)n * pb, chunk = 64u << 20;
+		size_t bytes = (size_t)n * pb, chunk = (64u << 20) / bs * bs;
 		uint8_t *kv, *kv2;
 		float *q, *qh = malloc((size_t)heads * hd * 4), *out;
 		uint32_t *qpos, qp = (uint32_t)ctxs[ci] - 1;
@@ -154,6 +167,9 @@ int bench_attn(int argc, char **argv)
 			x ^= x << 13; x ^= x >> 7; x ^= x << 17;
 			fill[i] = (uint16_t)((x & 0x8000) | (0x3800 + (x >> 20) % 0x400));
 		}
+		/* and each block's scale d such that |d q| < 1 */
+		for (size_t i = 0; kvt_kv_block(kvt) && i < chunk / 2; i += bs / 2)
+			fill[i] = (uint16_t)((kvt == KVT_KV_Q8_0 ? 0x2000 : 0x3000) + fill[i] % 0x400);
 		for (size_t off = 0; off < bytes; off += chunk)
 			if ((r = cx.ops->upload(cx.ctx, kv + off, fill,
 						bytes - off < chunk ? bytes - off : chunk)))

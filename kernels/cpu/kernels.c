@@ -1655,12 +1655,19 @@ static inline unsigned visible(uint32_t qpos, uint32_t pos0, unsigned ntok)
  * again, writing into a dummy o, with nothing seen.
  *
  * K and V are read in place (f16 converted in registers) when a KV head
- * has one group, as in decode. With more groups (prefill) the page's rows
- * of that KV head are first gathered into contiguous f32 scratch: in
- * place, each f16 value would be converted once per group, and the rows,
- * n_kv_heads * head_dim apart (4 KiB for 8 heads of 128 floats), would
- * fight over the same L1 sets. The portable kernels always gather.
+ * has at most eight groups, as in decode: the first group brings the
+ * page's rows of that head into L1 and the others read them there. With
+ * more (prefill) the rows are first gathered into contiguous f32 scratch,
+ * and gathered pages are folded together (attn_pend): in place, each f16
+ * value would be converted once per group, and the rows, n_kv_heads *
+ * head_dim apart (4 KiB for 8 heads of 128 floats), would fight over the
+ * same L1 sets. The gather costs a page's worth of conversions a KV head
+ * whatever the groups: in decode with eight query heads to a KV head it
+ * made attention 4 to 7 times slower than in place, and with 32 (MQA) 2
+ * times (kvt-bench attn, docs/benchmarks.md). The portable kernels
+ * always gather.
  */
+#define ATTN_INPLACE_NQ	32	/* query vectors a KV head, at most, read in place */
 /* Step 3 runs over at most this many tokens per pass over the dims: a
  * pass touches one line of each token's V row, and rows a power of two
  * apart (in place, n_kv_heads * head_dim apart) share a few L1 sets. It
@@ -1675,6 +1682,7 @@ struct attn_group {
 	float		*m[4], *l[4];
 	float		*pm[4], *pl[4];	/* the page's own partial, or NULL */
 	unsigned	 nv[4];		/* tokens seen */
+	unsigned	 pad;		/* bit s: slot s is a filler */
 	float		 c[4];		/* rescale of the old o */
 };
 
@@ -3329,7 +3337,8 @@ static void attend_group(struct attn_page *pg, struct attn_group *gr,
 	if (kn->fused[n - 1]) {
 		unsigned s = 0;
 
-		while (s < n && gr->nv[s] == T)
+		/* a filler may go along: it writes into the dummy */
+		while (s < n && (gr->nv[s] == T || gr->pad >> s & 1))
 			s++;
 		if (s == n) {
 			kn->fused[n - 1](pg, gr, T);
@@ -3434,7 +3443,7 @@ static void fold_head(struct kvt_attn_acc *a, struct attn_page *pg,
 
 	/* Query vector i of this KV head: row i / G, head g G + i % G. */
 	for (unsigned i0 = 0; i0 < nq; i0 += 4) {
-		struct attn_group gr;
+		struct attn_group gr = { .pad = 0 };
 
 		for (unsigned s = 0; s < 4; s++) {
 			unsigned i = i0 + s, r = i / G;
@@ -3447,6 +3456,7 @@ static void fold_head(struct kvt_attn_acc *a, struct attn_page *pg,
 				gr.l[s] = dummy + hd + 1;
 				gr.pm[s] = gr.pl[s] = NULL;
 				gr.nv[s] = 0;
+				gr.pad |= 1u << s;
 				continue;
 			}
 			gr.q[s] = q + rh * hd;
@@ -3587,7 +3597,7 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 #ifdef KVT_X86
 	/* Decode reads K and V in place, q8_0 and q4_0 through kernels of
 	 * their own; the portable kernels take f32 only. */
-	if (kn.simd && nq <= 4 && !kvt_kv_block(sh->kv_type))
+	if (kn.simd && nq <= ATTN_INPLACE_NQ && !kvt_kv_block(sh->kv_type))
 		gather = 0;
 	if (!gather && kn.simd >= 2 && hd % 16 == 0 && !kvt_kv_block(sh->kv_type)) {
 		kn.fused[0] = fused1_avx512;
@@ -3595,14 +3605,14 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 		kn.fused[3] = fused4_avx512;
 		kn.spread = 1;
 	}
-	if (kn.simd >= 2 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
+	if (kn.simd >= 2 && nq <= ATTN_INPLACE_NQ && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq1, scoresq2, NULL, scoresq4 },
 					    .pv = { pvq1, pvq2, NULL, pvq4 }, .simd = kn.simd };
 		if (hd <= 2 * QK * KVQI_CH && kvt_cpu_kv_int8())
 			kn.scores[0] = scoresi1, kn.scores[1] = scoresi2, kn.scores[3] = scoresi4;
 		kn.spread = 1;
 		gather = 0;
-	} else if (kn.simd == 1 && nq <= 4 && kvt_kv_block(sh->kv_type)) {
+	} else if (kn.simd == 1 && nq <= ATTN_INPLACE_NQ && kvt_kv_block(sh->kv_type)) {
 		kn = (struct attn_kernels){ .scores = { scoresq8_1, scoresq8_2, NULL, scoresq8_4 },
 					    .pv = { pvq8_1, pvq8_2, NULL, pvq8_4 }, .simd = kn.simd };
 		gather = 0;
