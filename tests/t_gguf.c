@@ -5,7 +5,7 @@
  * targeted corruptions are refused with -EINVAL and a message naming the
  * problem, never a crash. Truncations are parsed from exact-size heap
  * copies (kvt_gguf_open_mem) so ASan catches any over-read, and a sample
- * of them also through files (kvt_gguf_open, the mmap path).
+ * of them also through files (kvt_gguf_open: read into memory, or mapped).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -231,7 +231,7 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/t_gguf.%d.gguf", dir && *dir ? dir : "/tmp", (int)getpid());
 	write_model();
 
-	/* Round trip through the mmap path and the memory path. */
+	/* Round trip through the file path and the memory path. */
 	CHECK_EQ(kvt_gguf_open(path, &g, err, sizeof(err)), 0);
 	check_model(g);
 	for (i = 0; i < g->n_tensors; i++) {
@@ -246,6 +246,19 @@ int main(void)
 	offs_off = type_off + 4;
 	buf = load(&size);
 	CHECK_EQ(size, g->size);
+	/* Read into memory of its own (the default) or, with
+	 * KVT_MODEL_MMAP=1, the file mapped: the same bytes either way. */
+	CHECK(!memcmp(g->base, buf, size));
+	{
+		struct kvt_gguf *g2;
+
+		CHECK_EQ(setenv("KVT_MODEL_MMAP", "1", 1), 0);
+		CHECK_EQ(kvt_gguf_open(path, &g2, err, sizeof(err)), 0);
+		unsetenv("KVT_MODEL_MMAP");
+		CHECK(g2->base != g->base && !memcmp(g2->base, buf, size));
+		check_model(g2);
+		kvt_gguf_close(g2);
+	}
 	{
 		struct kvt_gguf *g2;
 

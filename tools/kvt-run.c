@@ -129,7 +129,8 @@ static void usage(FILE *f)
 		"  KVT_AMX=0|dots        the prefill's products on quantized weights: OpenBLAS's\n"
 		"                        sgemm (0), or AVX512-BF16 dot products where the cpu has\n"
 		"                        them (dots; the default on AMD cpus without AMX tiles)\n"
-		"  KVT_BLAS_KEEP=1       keep the kernels OpenBLAS chose, even if weaker than the cpu\n");
+		"  KVT_BLAS_KEEP=1       keep the kernels OpenBLAS chose, even if weaker than the cpu\n"
+		"  KVT_MODEL_MMAP=1      map the model file instead of reading it into memory\n");
 }
 
 /* What lies behind an -EIO from the pager, as ": page 7 (...) lost:
