@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct kvt_device;
 
@@ -75,6 +76,15 @@ static inline const char *kvt_kv_name(int t)
 	static const char *const name[] = { "f16", "f32", "q8_0", "q4_0" };
 
 	return t >= 0 && t <= KVT_KV_Q4_0 ? name[t] : NULL;
+}
+
+/* The KV type named name (as kvt_kv_name gives it), or -1. */
+static inline int kvt_kv_parse(const char *name)
+{
+	for (int t = KVT_KV_F16; kvt_kv_name(t); t++)
+		if (!strcmp(name, kvt_kv_name(t)))
+			return t;
+	return -1;
 }
 
 /* Bytes of n values (a multiple of 32 for the block types) in KV type

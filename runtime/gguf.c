@@ -584,9 +584,10 @@ int kvt_gguf_open(const char *path, struct kvt_gguf **out, char *err, size_t err
 	}
 	g->size = (uint64_t)st.st_size;
 	if (g->size) {
-		const char *mm = getenv("KVT_MODEL_MMAP");
+		const char *env = getenv("KVT_MODEL_MMAP");
+		int map = env && !strcmp(env, "1");
 
-		if (mm && !strcmp(mm, "1")) {
+		if (map) {
 			m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
 			ret = m == MAP_FAILED ? -errno : 0;
 		} else {
@@ -595,7 +596,7 @@ int kvt_gguf_open(const char *path, struct kvt_gguf **out, char *err, size_t err
 		if (ret) {
 			if (err && errlen)
 				snprintf(err, errlen, "%s: %s %llu bytes: %s", path,
-					 mm && !strcmp(mm, "1") ? "mmap of" : "reading",
+					 map ? "mmap of" : "reading",
 					 (ull)g->size, strerror(-ret));
 			goto out;
 		}

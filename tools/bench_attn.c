@@ -97,9 +97,7 @@ int bench_attn(int argc, char **argv)
 		case 'P': pt = (unsigned)atoi(optarg); break;
 		case 't': threads = (unsigned)atoi(optarg); break;
 		case 'k':
-			for (kvt = KVT_KV_Q4_0; kvt >= 0 && strcmp(optarg, kvt_kv_name(kvt)); kvt--)
-				;
-			if (kvt < 0) {
+			if ((kvt = kvt_kv_parse(optarg)) < 0) {
 				fprintf(stderr, "kvt-bench attn: --kv-type %s: not f16, f32, q8_0 or "
 					"q4_0\n", optarg);
 				return 2;

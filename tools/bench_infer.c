@@ -234,10 +234,8 @@ static int parse_opts(struct iopts *o, unsigned allowed, int argc, char **argv)
 			break;
 		case O_DIR: o->dir = optarg; break;
 		case O_KV_TYPE:
-			for (o->kv_type = KVT_KV_F16; kvt_kv_name(o->kv_type) &&
-			     strcmp(optarg, kvt_kv_name(o->kv_type)); o->kv_type++)
-				;
-			bad = !kvt_kv_name(o->kv_type);
+			o->kv_type = kvt_kv_parse(optarg);
+			bad = o->kv_type < 0;
 			break;
 		case O_POLICY:
 			o->policy = optarg;

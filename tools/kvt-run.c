@@ -652,11 +652,9 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		case O_PREFETCH: set_key(o, "access.prefetch_depth", optarg); break;
 		case O_PAGE: set_key(o, "geometry.page_tokens", optarg); break;
 		case O_KVTYPE: {
-			int t = KVT_KV_F16;
+			int t = kvt_kv_parse(optarg);
 
-			while (kvt_kv_name(t) && strcmp(optarg, kvt_kv_name(t)))
-				t++;
-			if (!kvt_kv_name(t)) {
+			if (t < 0) {
 				fprintf(stderr, "%s: --kv-type: \"%s\" is not f16, f32, q8_0 or q4_0\n",
 					prog, optarg);
 				return 2;
