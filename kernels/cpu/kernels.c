@@ -1656,7 +1656,8 @@ static inline unsigned visible(uint32_t qpos, uint32_t pos0, unsigned ntok)
  *
  * K and V are read in place (f16 converted in registers) when a KV head
  * has at most eight groups, as in decode: the first group brings the
- * page's rows of that head into L1 and the others read them there. With
+ * page's rows of that head into L1 and the others read them there; two
+ * groups that both fuse (fused_body) go through it together. With
  * more (prefill) the rows are first gathered into contiguous f32 scratch,
  * and gathered pages are folded together (attn_pend): in place, each f16
  * value would be converted once per group, and the rows, n_kv_heads *
@@ -2633,123 +2634,189 @@ AVX512_INLINE void pvf_dims(const struct attn_page *pg, const struct attn_group 
 			_mm512_storeu_ps(gr->o[q] + d + 16 * i, o[q][i]);
 }
 
-AVX512_INLINE void fused_body(const struct attn_page *pg, struct attn_group *gr, unsigned T,
-			      unsigned NQ, int f16)
+/* s[q] lane t: the scores of query q of gr against tokens t0 + t, scaled
+ * (past T: token T - 1 again; past NQ: s[0] again). */
+AVX512_INLINE void fused_scores(const struct attn_page *pg, const struct attn_group *gr,
+				unsigned t0, unsigned T, unsigned NQ, int f16, const char **pf,
+				size_t *pn, unsigned pk, __m512 *s)
 {
 	const unsigned hd = pg->hd, TB = 16 / NQ;
-	float m[4], l[4], pl[4], c[4];
-	float P[4][16] __attribute__((aligned(64)));
+	__m512 z[4];
+
+	/* z[r] lane j NQ + q: query q against token t0 + r TB + j */
+	for (unsigned r = 0; r < NQ; r++) {
+		const void *k[16];
+		__m512 a[16];
+
+		for (unsigned j = 0; j < TB; j++) {
+			unsigned t = t0 + r * TB + j;
+
+			k[j] = kv_at(pg->k, (size_t)(t < T ? t : T - 1) * pg->kst, f16);
+		}
+		for (unsigned i = 0; i < 16; i++)
+			a[i] = _mm512_setzero_ps();
+		for (unsigned d = 0; d < hd; d += 16) {
+			__m512 y[4];
+
+			pf_step(pf, pn, pk);
+			for (unsigned q = 0; q < NQ; q++)
+				y[q] = _mm512_loadu_ps(gr->q[q] + d);
+			for (unsigned j = 0; j < TB; j++) {
+				__m512 x = kv_load16(kv_at(k[j], d, f16), f16);
+
+				for (unsigned q = 0; q < NQ; q++)
+					a[j * NQ + q] = _mm512_fmadd_ps(y[q], x, a[j * NQ + q]);
+			}
+		}
+		z[r] = hsum16x16(a);
+	}
+	if (NQ == 1) {
+		s[0] = z[0];
+	} else if (NQ == 2) {
+		const __m512i i0 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+						     24, 26, 28, 30);
+
+		s[0] = _mm512_permutex2var_ps(z[0], i0, z[1]);
+		s[1] = _mm512_permutex2var_ps(z[0], _mm512_add_epi32(i0, _mm512_set1_epi32(1)), z[1]);
+	} else {
+		const __m512i i0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0,
+						     0, 0, 0, 0);
+
+		for (unsigned q = 0; q < 4; q++) {
+			__m512i iq = _mm512_add_epi32(i0, _mm512_set1_epi32((int)q));
+			__m512 u = _mm512_permutex2var_ps(z[0], iq, z[1]);
+			__m512 w = _mm512_permutex2var_ps(z[2], iq, z[3]);
+
+			s[q] = _mm512_shuffle_f32x4(u, w, 0x44);
+		}
+	}
+	for (unsigned q = 0; q < 4; q++)
+		s[q] = q < NQ ? _mm512_mul_ps(s[q], _mm512_set1_ps(pg->scale)) : s[0];
+}
+
+/*
+ * The four queries' reductions at once: lanes 4q .. 4q + 3 of the result
+ * all hold x[q]'s 16 lanes reduced by op (max or add), in the order
+ * _mm512_reduce_add_ps takes them (i and i + 8, then i and i + 4, i and
+ * i + 2, i and i + 1), so the sums are the same floats: 13 instructions
+ * for four queries where four reduce_*_ps take 32.
+ */
+#define HRED4(op, x)	({								\
+	__m512 a_ = op(_mm512_shuffle_f32x4(x[0], x[1], 0x44), _mm512_shuffle_f32x4(x[0], x[1], 0xee)); \
+	__m512 b_ = op(_mm512_shuffle_f32x4(x[2], x[3], 0x44), _mm512_shuffle_f32x4(x[2], x[3], 0xee)); \
+	__m512 c_ = op(_mm512_shuffle_f32x4(a_, b_, 0x88), _mm512_shuffle_f32x4(a_, b_, 0xdd));	\
+	c_ = op(c_, _mm512_permute_ps(c_, 0x4e));						\
+	op(c_, _mm512_permute_ps(c_, 0xb1));							\
+})
+
+/* A group's online softmax state, query q in lanes 4q .. 4q + 3: m, l,
+ * the page's own l; c, the rescale of the old o, also as floats (cq). */
+struct fsm {
+	__m512 m, l, pl;
+	float cq[16] __attribute__((aligned(64)));
+	float P[4][16] __attribute__((aligned(64)));	/* probabilities */
+};
+
+/* The softmax step over 16 tokens (those past live masked to 0), the four
+ * queries side by side. */
+AVX512_INLINE void fused_softmax(struct fsm *f, __m512 *s, __mmask16 live, unsigned NQ)
+{
+	/* lanes past the page hold token T - 1 again: the max is right */
+	__m512 mn = _mm512_max_ps(HRED4(_mm512_max_ps, s), f->m), c, sum;
+
+	c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(f->m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+				exp16(_mm512_sub_ps(f->m, mn)));
+	for (unsigned q = 0; q < 4; q++) {
+		__m512 mq = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * (int)q), mn);
+
+		s[q] = q < NQ ? _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[q], mq))) : s[0];
+		if (q < NQ)
+			_mm512_store_ps(f->P[q], s[q]);
+	}
+	sum = HRED4(_mm512_add_ps, s);
+	f->l = _mm512_fmadd_ps(f->l, c, sum);
+	f->pl = _mm512_fmadd_ps(f->pl, c, sum);
+	f->m = mn;
+	_mm512_store_ps(f->cq, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0,
+									0, 0, 0, 0, 0, 0, 0, 0), c));
+}
+
+/* NG groups of NQ queries that share the page (two groups: the eight
+ * query heads of a KV head), each block of 16 tokens in the order scores,
+ * softmax of group 0, scores, softmax of group 1, o += p V of both: a
+ * group's softmax, a chain of dependent steps, runs while the next one's
+ * products do. */
+AVX512_INLINE void fused_body(const struct attn_page *pg, struct attn_group *const *gr,
+			      unsigned NG, unsigned T, unsigned NQ, int f16)
+{
+	const unsigned hd = pg->hd;
+	struct fsm f[2];
 	/* the next page's share: pk lines an inner step, pn bytes left */
-	const unsigned its = (T + 15) / 16 * NQ * (hd / 16) + T * ((hd + 63) / 64);
+	const unsigned its = NG * ((T + 15) / 16 * NQ * (hd / 16) + T * ((hd + 63) / 64));
 	const unsigned pk = (unsigned)((pg->pfn / 64 + its - 1) / its);
 	const char *pf = pg->pf;
 	size_t pn = pg->pfn;
 
-	for (unsigned q = 0; q < NQ; q++) {
-		m[q] = *gr->m[q];
-		l[q] = *gr->l[q];
-		pl[q] = 0;
+	for (unsigned g = 0; g < NG; g++) {
+		for (unsigned q = 0; q < 4; q++) {
+			f[g].cq[q] = *gr[g]->m[q < NQ ? q : 0];
+			f[g].cq[4 + q] = *gr[g]->l[q < NQ ? q : 0];
+		}
+		f[g].m = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2,
+								 3, 3, 3, 3), _mm512_load_ps(f[g].cq));
+		f[g].l = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6,
+								 7, 7, 7, 7), _mm512_load_ps(f[g].cq));
+		f[g].pl = _mm512_setzero_ps();
 	}
 	for (unsigned t0 = 0; t0 < T; t0 += 16) {
 		const unsigned n = T - t0 < 16 ? T - t0 : 16;
 		const __mmask16 live = (__mmask16)((1u << n) - 1);
-		__m512 z[4], s[4];
 
-		/* z[r] lane j NQ + q: query q against token t0 + r TB + j
-		 * (past T: T - 1 again) */
-		for (unsigned r = 0; r < NQ; r++) {
-			const void *k[16];
-			__m512 a[16];
+		for (unsigned g = 0; g < NG; g++) {
+			__m512 s[4];
 
-			for (unsigned j = 0; j < TB; j++) {
-				unsigned t = t0 + r * TB + j;
-
-				k[j] = kv_at(pg->k, (size_t)(t < T ? t : T - 1) * pg->kst, f16);
-			}
-			for (unsigned i = 0; i < 16; i++)
-				a[i] = _mm512_setzero_ps();
-			for (unsigned d = 0; d < hd; d += 16) {
-				__m512 y[4];
-
-				pf_step(&pf, &pn, pk);
-				for (unsigned q = 0; q < NQ; q++)
-					y[q] = _mm512_loadu_ps(gr->q[q] + d);
-				for (unsigned j = 0; j < TB; j++) {
-					__m512 x = kv_load16(kv_at(k[j], d, f16), f16);
-
-					for (unsigned q = 0; q < NQ; q++)
-						a[j * NQ + q] = _mm512_fmadd_ps(y[q], x, a[j * NQ + q]);
-				}
-			}
-			z[r] = hsum16x16(a);
+			fused_scores(pg, gr[g], t0, T, NQ, f16, &pf, &pn, pk, s);
+			fused_softmax(&f[g], s, live, NQ);
 		}
-		/* s[q] lane t: query q against token t0 + t */
-		if (NQ == 1) {
-			s[0] = z[0];
-		} else if (NQ == 2) {
-			const __m512i i0 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
-							     24, 26, 28, 30);
+		for (unsigned g = 0; g < NG; g++) {
+			unsigned d = 0;
 
-			s[0] = _mm512_permutex2var_ps(z[0], i0, z[1]);
-			s[1] = _mm512_permutex2var_ps(z[0], _mm512_add_epi32(i0, _mm512_set1_epi32(1)),
-						      z[1]);
-		} else {
-			const __m512i i0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0,
-							     0, 0, 0, 0);
-
-			for (unsigned q = 0; q < 4; q++) {
-				__m512i iq = _mm512_add_epi32(i0, _mm512_set1_epi32((int)q));
-				__m512 u = _mm512_permutex2var_ps(z[0], iq, z[1]);
-				__m512 w = _mm512_permutex2var_ps(z[2], iq, z[3]);
-
-				s[q] = _mm512_shuffle_f32x4(u, w, 0x44);
-			}
+			for (; d + 64 <= hd; d += 64)
+				pvf_dims(pg, gr[g], t0, n, d, f[g].P, f[g].cq, NQ, 4, f16, &pf, &pn, pk);
+			for (; d < hd; d += 16)
+				pvf_dims(pg, gr[g], t0, n, d, f[g].P, f[g].cq, NQ, 1, f16, &pf, &pn, pk);
 		}
-		for (unsigned q = 0; q < NQ; q++) {
-			float mx, mn;
-			__m512 p;
-
-			/* lanes past the page hold token T - 1 again: the
-			 * max is right, and their p is masked to 0 */
-			s[q] = _mm512_mul_ps(s[q], _mm512_set1_ps(pg->scale));
-			mx = _mm512_reduce_max_ps(s[q]);
-			mn = mx > m[q] ? mx : m[q];
-			c[q] = m[q] == -INFINITY ? 0 :
-			       _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[q] - mn)));
-			p = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[q], _mm512_set1_ps(mn))));
-			_mm512_store_ps(P[q], p);
-			l[q] = l[q] * c[q] + _mm512_reduce_add_ps(p);
-			pl[q] = pl[q] * c[q] + _mm512_reduce_add_ps(p);
-			m[q] = mn;
-		}
-		unsigned d = 0;
-
-		for (; d + 64 <= hd; d += 64)
-			pvf_dims(pg, gr, t0, n, d, P, c, NQ, 4, f16, &pf, &pn, pk);
-		for (; d < hd; d += 16)
-			pvf_dims(pg, gr, t0, n, d, P, c, NQ, 1, f16, &pf, &pn, pk);
 	}
-	for (unsigned q = 0; q < NQ; q++) {
-		*gr->m[q] = m[q];
-		*gr->l[q] = l[q];
-		if (gr->pm[q]) {
-			*gr->pm[q] = m[q];
-			*gr->pl[q] = pl[q];
+	for (unsigned g = 0; g < NG; g++) {
+		float m[16] __attribute__((aligned(64))), l[16] __attribute__((aligned(64)));
+
+		_mm512_store_ps(m, f[g].m);
+		_mm512_store_ps(l, f[g].l);
+		_mm512_store_ps(f[g].cq, f[g].pl);
+		for (unsigned q = 0; q < NQ; q++) {
+			*gr[g]->m[q] = m[4 * q];
+			*gr[g]->l[q] = l[4 * q];
+			if (gr[g]->pm[q]) {
+				*gr[g]->pm[q] = m[4 * q];
+				*gr[g]->pl[q] = f[g].cq[4 * q];
+			}
 		}
 	}
 }
 
-#define DEF_FUSED(NQ, name)								\
-AVX512 static void name(const struct attn_page *pg, struct attn_group *gr, unsigned T)	\
+/* fusedN_avx512 takes one group, fused4x2_avx512 two (gr[0], gr[1]). */
+#define DEF_FUSED(NG, NQ, name)								\
+AVX512 static void name(const struct attn_page *pg, struct attn_group *const *gr, unsigned T) \
 {											\
 	if (pg->f16)									\
-		fused_body(pg, gr, T, NQ, 1);						\
+		fused_body(pg, gr, NG, T, NQ, 1);					\
 	else										\
-		fused_body(pg, gr, T, NQ, 0);						\
+		fused_body(pg, gr, NG, T, NQ, 0);					\
 }
-DEF_FUSED(1, fused1_avx512)
-DEF_FUSED(2, fused2_avx512)
-DEF_FUSED(4, fused4_avx512)
+DEF_FUSED(1, 1, fused1_avx512)
+DEF_FUSED(1, 2, fused2_avx512)
+DEF_FUSED(1, 4, fused4_avx512)
+DEF_FUSED(2, 4, fused4x2_avx512)
 
 /* Decode over q8_0 and q4_0 KV, read in place (pg->q): each block
  * dequantized in registers, d q or d (q - 8), exact, then the same sums in
@@ -3297,16 +3364,18 @@ static void softmax_step(const struct attn_page *pg, struct attn_group *gr, unsi
 typedef void scores_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned T);
 typedef void pv_fn(const struct attn_page *pg, const struct attn_group *gr, unsigned t0,
 		   unsigned T);
-typedef void fused_fn(const struct attn_page *pg, struct attn_group *gr, unsigned T);
+typedef void fused_fn(const struct attn_page *pg, struct attn_group *const *gr, unsigned T);
 
 /* The kernels for one page, picked once per call: scores[n - 1] and
  * pv[n - 1] for a group in which only the first n queries may see
  * something (n = 1, 2, 4; NULL where only the four-wide ones exist);
- * fused[n - 1], where set, when those n all see the same T tokens. */
+ * fused[n - 1], where set, when those n all see the same T tokens, and
+ * fused4x2 two such groups of four at once. */
 struct attn_kernels {
 	scores_fn *scores[4];
 	pv_fn *pv[4];
 	fused_fn *fused[4];
+	fused_fn *fused4x2;
 	int spread;		/* the kernels ask for pg->pf themselves */
 	int simd;
 };
@@ -3319,34 +3388,45 @@ static void pf_burst(struct attn_page *pg)
 	pg->pfn = 0;
 }
 
+/* The tokens T the group sees at most (0: none), and *n, how many of its
+ * queries go to the kernels; *fuse, whether fused[*n - 1] takes them: each
+ * of the first *n sees T, or is a filler (it writes into the dummy). */
+static unsigned group_plan(const struct attn_group *gr, const struct attn_kernels *kn,
+			   unsigned *n, int *fuse)
+{
+	unsigned T = 0, s = 0;
+
+	for (unsigned i = 0; i < 4; i++)
+		T = gr->nv[i] > T ? gr->nv[i] : T;
+	/* Slots that see nothing keep their o, m and l (c = 1, S = 0): when
+	 * only the first one or two see anything, they go alone. */
+	*n = 4;
+	if (!gr->nv[2] && !gr->nv[3])
+		*n = gr->nv[1] ? 2 : 1;
+	if (!kn->scores[*n - 1])
+		*n = 4;
+	while (s < *n && (gr->nv[s] == T || gr->pad >> s & 1))
+		s++;
+	*fuse = T && kn->fused[*n - 1] && s == *n;
+	return T;
+}
+
 static void attend_group(struct attn_page *pg, struct attn_group *gr,
 			 const struct attn_kernels *kn)
 {
-	unsigned T = 0, n = 4;
+	unsigned n;
+	int fuse;
+	unsigned T = group_plan(gr, kn, &n, &fuse);
 
-	for (unsigned s = 0; s < 4; s++)
-		T = gr->nv[s] > T ? gr->nv[s] : T;
 	if (!T)
 		return;
-	/* Slots that see nothing keep their o, m and l (c = 1, S = 0): when
-	 * only the first one or two see anything, they go alone. */
-	if (!gr->nv[2] && !gr->nv[3])
-		n = gr->nv[1] ? 2 : 1;
-	if (!kn->scores[n - 1])
-		n = 4;
-	if (kn->fused[n - 1]) {
-		unsigned s = 0;
-
-		/* a filler may go along: it writes into the dummy */
-		while (s < n && (gr->nv[s] == T || gr->pad >> s & 1))
-			s++;
-		if (s == n) {
-			kn->fused[n - 1](pg, gr, T);
-			pg->pfn = 0;
-			return;
-		}
-		pf_burst(pg);	/* the kernels below do not spread it */
+	if (fuse) {
+		kn->fused[n - 1](pg, &gr, T);
+		pg->pfn = 0;
+		return;
 	}
+	if (kn->fused[n - 1])
+		pf_burst(pg);	/* the kernels below do not spread it */
 	pg->pft = T;
 	kn->scores[n - 1](pg, gr, T);
 	for (unsigned s = 0; s < n; s++)
@@ -3433,41 +3513,71 @@ static void gather_head(const struct kvt_attn_shape *sh, float *kf, float *vf, c
 /* The query vectors of KV head g, four at a time, against the page pg
  * (ntok tokens at pos0; qpos NULL: every row sees all of them). The
  * scratch at a->s holds the dummy o, m and l, then pg->S. */
-static void fold_head(struct kvt_attn_acc *a, struct attn_page *pg,
-		      const struct attn_kernels *kn, unsigned g, const float *q,
-		      const uint32_t *qpos, uint32_t pos0, unsigned ntok, float *pm, float *pl)
+/* The group of query vectors i0 .. i0 + 3 of KV head g (query vector i:
+ * row i / G, head g G + i % G); past the last, fillers. */
+static void make_group(struct kvt_attn_acc *a, struct attn_group *gr, unsigned g, unsigned i0,
+		       const float *q, const uint32_t *qpos, uint32_t pos0, unsigned ntok,
+		       float *pm, float *pl)
 {
 	const struct kvt_attn_shape *sh = &a->sh;
 	unsigned G = sh->n_head / sh->n_kv_heads, hd = sh->head_dim, nq = sh->rows * G;
 	float *dummy = a->s;
 
-	/* Query vector i of this KV head: row i / G, head g G + i % G. */
-	for (unsigned i0 = 0; i0 < nq; i0 += 4) {
-		struct attn_group gr = { .pad = 0 };
+	gr->pad = 0;
+	for (unsigned s = 0; s < 4; s++) {
+		unsigned i = i0 + s, r = i / G;
+		size_t rh = (size_t)r * sh->n_head + g * G + i % G;
 
-		for (unsigned s = 0; s < 4; s++) {
-			unsigned i = i0 + s, r = i / G;
-			size_t rh = (size_t)r * sh->n_head + g * G + i % G;
-
-			if (i >= nq) {
-				gr.q[s] = gr.q[0];
-				gr.o[s] = dummy;
-				gr.m[s] = dummy + hd;
-				gr.l[s] = dummy + hd + 1;
-				gr.pm[s] = gr.pl[s] = NULL;
-				gr.nv[s] = 0;
-				gr.pad |= 1u << s;
-				continue;
-			}
-			gr.q[s] = q + rh * hd;
-			gr.o[s] = a->o + rh * hd;
-			gr.m[s] = a->m + rh;
-			gr.l[s] = a->l + rh;
-			gr.pm[s] = pm ? pm + rh : NULL;
-			gr.pl[s] = pm ? pl + rh : NULL;
-			gr.nv[s] = qpos ? visible(qpos[r], pos0, ntok) : ntok;
+		if (i >= nq) {
+			gr->q[s] = gr->q[0];
+			gr->o[s] = dummy;
+			gr->m[s] = dummy + hd;
+			gr->l[s] = dummy + hd + 1;
+			gr->pm[s] = gr->pl[s] = NULL;
+			gr->nv[s] = 0;
+			gr->pad |= 1u << s;
+			continue;
 		}
-		attend_group(pg, &gr, kn);
+		gr->q[s] = q + rh * hd;
+		gr->o[s] = a->o + rh * hd;
+		gr->m[s] = a->m + rh;
+		gr->l[s] = a->l + rh;
+		gr->pm[s] = pm ? pm + rh : NULL;
+		gr->pl[s] = pm ? pl + rh : NULL;
+		gr->nv[s] = qpos ? visible(qpos[r], pos0, ntok) : ntok;
+	}
+}
+
+static void fold_head(struct kvt_attn_acc *a, struct attn_page *pg,
+		      const struct attn_kernels *kn, unsigned g, const float *q,
+		      const uint32_t *qpos, uint32_t pos0, unsigned ntok, float *pm, float *pl)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	unsigned nq = sh->rows * (sh->n_head / sh->n_kv_heads);
+
+	for (unsigned i0 = 0; i0 < nq; i0 += 4) {
+		struct attn_group gr[2], *two[2] = { &gr[0], &gr[1] };
+		unsigned n0, n1, T0, T1;
+		int f0, f1;
+
+		make_group(a, &gr[0], g, i0, q, qpos, pos0, ntok, pm, pl);
+		if (!kn->fused4x2 || i0 + 4 >= nq) {
+			attend_group(pg, &gr[0], kn);
+			continue;
+		}
+		/* two groups of four that fuse, as with eight query heads to
+		 * a KV head, go together */
+		make_group(a, &gr[1], g, i0 + 4, q, qpos, pos0, ntok, pm, pl);
+		i0 += 4;
+		T0 = group_plan(&gr[0], kn, &n0, &f0);
+		T1 = group_plan(&gr[1], kn, &n1, &f1);
+		if (f0 && f1 && n0 == 4 && n1 == 4 && T0 == T1) {
+			kn->fused4x2(pg, two, T0);
+			pg->pfn = 0;
+			continue;
+		}
+		attend_group(pg, &gr[0], kn);
+		attend_group(pg, &gr[1], kn);
 	}
 }
 
@@ -3603,6 +3713,7 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 		kn.fused[0] = fused1_avx512;
 		kn.fused[1] = fused2_avx512;
 		kn.fused[3] = fused4_avx512;
+		kn.fused4x2 = fused4x2_avx512;
 		kn.spread = 1;
 	}
 	if (kn.simd >= 2 && nq <= ATTN_INPLACE_NQ && kvt_kv_block(sh->kv_type)) {
