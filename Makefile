@@ -89,7 +89,7 @@ ifeq ($(CUDA),1)
 PLUGINS_GPU = $(CUDA_PLUGIN)
 endif
 
-.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda \
+.PHONY: all lib tools tests test run bench xcheck asan tsan deps deps-check clean help cuda avx2-only \
 	device-bundle soak soak-asan soak-tsan man install uninstall FORCE \
 	fuzz fuzz-ci fuzz-build fuzz-targets
 
@@ -280,6 +280,12 @@ xcheck: deps-check
 	@$(MAKE) --no-print-directory -s tools
 	@BUILD=$(BUILD) tools/xcheck/run.sh
 
+# avx2-only: the kernel suites on an emulated cpu with AVX2 and no AVX-512
+# (QEMU user mode; needs Debian's qemu-user, else it skips)
+avx2-only: deps-check
+	@$(MAKE) --no-print-directory $(BUILD)/tests/t_quants $(BUILD)/tests/t_kernels
+	@BUILD=$(BUILD) tests/avx2-only.sh; rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]
+
 # The kernels run OpenBLAS on one thread (the pool supplies the parallelism);
 # under the sanitizers its idle start-up threads spin long enough to trip
 # t_nospin's CPU check, so they are not started there.
@@ -427,7 +433,7 @@ clean:
 
 # help: this list
 help:
-	@sed -n 's/^# \([a-z-]*\): /  \1\t/p' Makefile
+	@sed -n 's/^# \([a-z0-9-]*\): /  \1\t/p' Makefile
 
 -include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(BUILD)/tests/emu_backend.d $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_COMMON:.o=.d) \
 	 $(patsubst tools/%.c,$(BUILD)/tools/%.d,$(wildcard tools/kvt-*.c)) $(BUILD)/tools/kvtctl.d \

@@ -292,7 +292,6 @@ static int prepare(struct kvt_engine *e, const struct kvt_mat *w, struct kvt_mat
 	return r;
 }
 
-/* The model's weights as the backend keeps them. */
 /* x (rows, n) += b in every row; b NULL: nothing. */
 static int add_bias(struct kvt_engine *e, float *x, const float *b, unsigned rows, size_t n)
 {
@@ -303,6 +302,7 @@ static int add_bias(struct kvt_engine *e, float *x, const float *b, unsigned row
 	return r;
 }
 
+/* The model's weights as the backend keeps them. */
 static int prepare_weights(struct kvt_engine *e)
 {
 	const struct kvt_model *m = e->m;
