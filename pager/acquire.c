@@ -240,10 +240,8 @@ int kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uin
 		struct layer_tab *nl = &s->lt[(layer + d) % p->cfg.n_layers];
 		for (unsigned i = 0; i < n; i++) {
 			uint32_t idx = pages ? pages[i] : i;
-			if (idx < nl->n) {
-				kvt_queue_prefetch(p, nl->pg[idx], d > 1);
-				queued |= 1;
-			}
+			if (idx < nl->n)
+				queued |= kvt_queue_prefetch(p, nl->pg[idx], d > 1);
 		}
 	}
 	if (queued & 2)
@@ -526,9 +524,12 @@ KVT_API int kvt_prefetch(struct kvt_pager *p, kvt_seq_t h, unsigned layer,
 	struct layer_tab *lt = layer_pages(p, h, layer, pages, &n, &s, &r);
 	if (!lt)
 		goto out;
+	int queued = 0;
+
 	for (unsigned i = 0; i < n; i++)
-		kvt_queue_prefetch(p, lt->pg[pages ? pages[i] : i], 0);
-	pthread_cond_signal(&p->work);
+		queued |= kvt_queue_prefetch(p, lt->pg[pages ? pages[i] : i], 0);
+	if (queued)
+		pthread_cond_signal(&p->work);
 out:
 	pthread_mutex_unlock(&p->lock);
 	return r;

@@ -373,7 +373,9 @@ static inline void touch(struct kvt_pager *p, uint32_t s, int ti)
 /* migrate.c: the queues and the migration thread */
 void kvt_queue_demand(struct kvt_pager *p, uint32_t s);
 void kvt_wake_migrate(struct kvt_pager *p);
-void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far);
+/* Queues a prefetch of page s; 1 if it did, 0 if the page needs none
+ * (where it is read already, on its way, or not ready). */
+int kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far);
 void kvt_wake_prefetch(struct kvt_pager *p);
 
 /* Pages open batches asked for and have not been handed (p->asked). */

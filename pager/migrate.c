@@ -125,13 +125,13 @@ void kvt_wake_migrate(struct kvt_pager *p)
  * each queue their own pages of every layer ahead, so that a single
  * queue would hold the first batch's pages two layers ahead before the
  * second batch's of the next layer. */
-void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far)
+int kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far)
 {
 	struct page *pg = &p->pages[s];
 	if (pg->state != P_READY || pg->frame[p->target] != NO_FRAME ||
 	    (pg->frame[KVT_TIER_FAST] != NO_FRAME) ||
 	    (pg->flags & (PF_QDEMAND | PF_QPREF)))
-		return;
+		return 0;
 	struct pqueue *q = far ? &p->pf_far : &p->prefetch;
 
 	if (q->n > 2 * p->pf_live + 256)
@@ -140,7 +140,9 @@ void kvt_queue_prefetch(struct kvt_pager *p, uint32_t s, int far)
 		pg->flags |= PF_QPREF;
 		p->pf_live++;
 		p->st.prefetch_issued++;
+		return 1;
 	}
+	return 0;
 }
 
 /* The stage has room for queued prefetches now (lock held): wake the

@@ -522,10 +522,13 @@ KVT_API int kvt_seq_resume(struct kvt_pager *p, kvt_seq_t h)
 		return r;
 	}
 	s->parked = 0;
+	int queued = 0;
+
 	for (unsigned l = 0; l < p->cfg.n_layers; l++)
 		for (uint32_t i = 0; i < s->lt[l].n; i++)
-			kvt_queue_prefetch(p, s->lt[l].pg[i], 0);
-	pthread_cond_signal(&p->work);
+			queued |= kvt_queue_prefetch(p, s->lt[l].pg[i], 0);
+	if (queued)
+		pthread_cond_signal(&p->work);
 	pthread_mutex_unlock(&p->lock);
 	return 0;
 }
