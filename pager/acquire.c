@@ -152,7 +152,7 @@ int kvt_acquire_tier(struct kvt_pager *p, kvt_seq_t h, unsigned layer, const uin
 
 	if (!p || !out)
 		return -EINVAL;
-	pthread_mutex_lock(&p->lock);
+	kvt_lock(p);
 	struct seq *s;
 	struct layer_tab *lt = layer_pages(p, h, layer, pages, &n, &s, &r);
 	if (!lt)
@@ -402,7 +402,7 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 		 * not hold the tier for its whole run; at once while pages are
 		 * still on their way: they come through the frames these hold.
 		 * Ask for more as the stage has room. */
-		pthread_mutex_lock(&p->lock);
+		kvt_lock(p);
 		unpin_consumed(p, b);
 		if (ask(p, b))
 			kvt_wake_migrate(p);
@@ -416,7 +416,7 @@ KVT_API int kvt_batch_next(struct kvt_batch *b, struct kvt_view *view)
 			return 0;
 		uint64_t t0 = now_ns(), ev = 0, quiet_since = 0;
 		int give_up = 0, tick = 0;
-		pthread_mutex_lock(&p->lock);
+		kvt_lock(p);
 		unpin_consumed(p, b);
 		if (ask(p, b))
 			kvt_wake_migrate(p);
@@ -495,7 +495,7 @@ KVT_API void kvt_batch_release(struct kvt_batch *b)
 	if (!b)
 		return;
 	struct kvt_pager *p = b->p;
-	pthread_mutex_lock(&p->lock);
+	kvt_lock(p);
 	for (uint32_t j = b->unpinned; j < b->nready; j++) {
 		struct entry *e = &b->e[b->ready[j]];
 		if (e->pinned)

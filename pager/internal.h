@@ -280,6 +280,36 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* p->lock, taken by the decode threads as they acquire, hand out and
+ * release pages: each holds it for microseconds, several at once. A
+ * waiter asleep on the futex took tens of microseconds to wake on a VM
+ * (more than the hold it waited for), so spin on it first, for a while
+ * (a holder preempted on a busy machine: then sleep). */
+#define LOCK_SPIN_NS	100000
+
+static inline void kvt_lock(struct kvt_pager *p)
+{
+	uint64_t t0 = 0;
+
+	for (unsigned i = 1; pthread_mutex_trylock(&p->lock); i++) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#elif defined(__aarch64__)
+		__asm__ __volatile__("yield");
+#endif
+		if (i % 32 == 0) {
+			uint64_t t = now_ns();
+
+			if (!t0) {
+				t0 = t;
+			} else if (t - t0 > LOCK_SPIN_NS) {
+				pthread_mutex_lock(&p->lock);
+				return;
+			}
+		}
+	}
+}
+
 #if defined(KVT_DEBUG)
 #include <assert.h>
 #define CHECK_INVARIANTS(p) do { char _e[256]; \

@@ -182,9 +182,10 @@ int kvt_pager_open_core(const struct kvt_config *cfg, struct kvt_device *dev,
 		return -ENOMEM;
 	pthread_mutexattr_t ma;
 
-	/* Held for microseconds at a time, by the decode threads' acquires
-	 * at once: a waiter that went straight to sleep took tens of
-	 * microseconds to wake on a VM. Adaptive, it spins a little first. */
+	/* Held for microseconds at a time: a waiter that went straight to
+	 * sleep took tens of microseconds to wake on a VM. Adaptive, every
+	 * taker spins a little first; the decode threads' calls spin longer
+	 * (kvt_lock). */
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(&p->lock, &ma);
