@@ -1007,11 +1007,13 @@ DEF_FDOTS512(fdots_q40_avx512, q40_body512(w, wst, x, ldx, n, NN, RR, out))
 
 /* F16 or BF16 (type constant). */
 /* The f16 and bf16 dot products ask for the weights this far ahead of
- * their loads (prefetcht0, one a line): rows follow one another, so it
- * runs into the next rows. On a Zen 5 EPYC a 1-row product from memory
- * went from 0.46-0.56 of a plain read of the same bytes to 0.58-0.86
- * with it; 8 KiB ahead measured no better. */
-#define DOTS_PF		4096
+ * their loads (one a line, into L2: prefetcht1): rows follow one another,
+ * so it runs into the next rows. On a Zen 5 EPYC a 1-row product from
+ * memory went from 0.46-0.56 of a plain read of the same bytes to
+ * 0.58-0.86 with 4 KiB into L1; 8 KiB into L2 took a further 5 per cent
+ * off a decode step (docs/benchmarks.md), where 8 KiB into L1 or 16 KiB
+ * into L2 did not. */
+#define DOTS_PF		8192
 
 AVX512_INLINE __m512 load16w(const void *w, size_t i, int type)
 {
@@ -1040,7 +1042,7 @@ AVX512_INLINE void dots512_body(const void *w0, size_t wst, const float *x, size
 			for (unsigned k = 0; k < NW; k++) {
 				if (u % 2 == 0)		/* 32 values: a line */
 					_mm_prefetch((const char *)w[k] + 2 * (size_t)(i + 16 * u) + DOTS_PF,
-						     _MM_HINT_T0);
+						     _MM_HINT_T1);
 				wv[k] = load16w(w[k], i + 16 * u, type);
 			}
 			for (unsigned r = 0; r < R; r++) {
