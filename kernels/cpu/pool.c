@@ -54,26 +54,26 @@ struct worker {
 };
 
 struct kvt_pool {
-	/* The current run: see the comment at the top for who may touch
-	 * these and when. */
-	task_fn		 fn;
-	void		*arg;
-	unsigned	 n_tasks;
-
 	unsigned	 n_threads;	/* including the caller */
 	unsigned	 started;	/* workers created */
 	struct worker	*w;		/* (n_threads - 1) */
 
-	/* Hot words, each on its own line: gen is read by every spinning
-	 * worker, next and busy are written by every task taker.
+	/* Hot words: gen is read by every spinning worker, next and busy
+	 * are written by every task taker.
 	 *   gen:	odd while a run is open; the futex word
 	 *   sleepers:	workers in (or about to enter) FUTEX_WAIT
 	 *   stop:	set before the last change of gen
 	 *   next:	the next task to hand out
-	 *   busy:	workers inside the open run */
+	 *   busy:	workers inside the open run
+	 * The current run (fn, arg, n_tasks: see the comment at the top for
+	 * who may touch them and when) shares gen's line, so that a worker
+	 * that sees the run open has them in the same transfer. */
 	uint32_t	 gen __attribute__((aligned(CACHELINE)));
 	uint32_t	 sleepers;
 	int		 stop;
+	unsigned	 n_tasks;
+	task_fn		 fn;
+	void		*arg;
 	unsigned	 next __attribute__((aligned(CACHELINE)));
 	unsigned	 busy __attribute__((aligned(CACHELINE)));
 };
