@@ -468,16 +468,18 @@ static void test_int8_level(struct kvt_pool *pool)
 		check_xq(&xq, x);
 
 		/* The kernel against the integer reference, every NW x R, on
-		 * weight rows 0 and 1 (quantized; extremes), then 2 and 3. */
-		for (unsigned o0 = 0; o0 < 4; o0 += 2)
+		 * weight rows 0 and 1 (quantized; extremes), then 2 and 3, and
+		 * rows two apart as kvt_matmul pairs them (0 and 2, 1 and 3). */
+		for (unsigned pr = 0; pr < 4; pr++)
 		for (unsigned NW = 1; NW <= 2; NW++)
 			for (unsigned R = 1; R <= 4; R++) {
+				const unsigned o0 = (unsigned[]){ 0, 2, 0, 1 }[pr], gap = pr < 2 ? 1 : 2;
 				float out[8];
-				kvt_qdots(type)(q + o0 * rb, rb, NW, &xq, 1, R, out);
+				kvt_qdots(type)(q + o0 * rb, gap * rb, NW, &xq, 1, R, out);
 				for (unsigned o = 0; o < NW; o++)
 					for (unsigned r = 0; r < R; r++) {
-						const uint8_t *wr = q + (o0 + o) * rb;
-						const float *wdr = wd + (size_t)(o0 + o) * n;
+						const uint8_t *wr = q + (o0 + o * gap) * rb;
+						const float *wdr = wd + (size_t)(o0 + o * gap) * n;
 						double ref = kvt_qdot_ref(type, wr, &xq, 1 + r), mag = 0;
 						for (unsigned i = 0; i < n; i++)
 							mag += fabs((double)wdr[i] * x[(1 + r) * n + i]);

@@ -1179,9 +1179,18 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 	const struct kvt_mat *w = j->w;
 	unsigned o0 = task * j->blk, o1 = o0 + j->blk < w->n_out ? o0 + j->blk : w->n_out;
 
-	for (unsigned o = o0; o < o1; o += 2) {
+	/* Rows o and o + H go together, H = half the task's rows, then
+	 * the last row alone if the count is odd: two streams each read
+	 * straight on, which the hardware prefetchers follow, where rows o
+	 * and o + 1 a block from each in turn stepped back and forth
+	 * within a few lines and left them behind (docs/benchmarks.md). */
+	const unsigned H = (o1 - o0) / 2;
+
+	for (unsigned i = 0; i < H + (o1 - o0) % 2; i++) {
+		const unsigned o = o0 + (i < H ? i : 2 * H);
 		const void *wr = (const char *)w->data + (size_t)o * j->rb;
-		unsigned NW = o + 1 < o1 ? 2 : 1;
+		const unsigned NW = i < H ? 2 : 1;
+		const size_t wst = (size_t)H * j->rb;
 
 		for (unsigned r = 0; r < j->rows; r += 4) {
 			unsigned R = j->rows - r < 4 ? j->rows - r : 4;
@@ -1189,22 +1198,22 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 			float d[8];
 
 			if (j->qdots)
-				j->qdots(wr, j->rb, NW, j->xq, r, R, d);
+				j->qdots(wr, wst, NW, j->xq, r, R, d);
 			else if (j->fdots)
-				j->fdots(wr, j->rb, NW, xr, w->n_in, j->xs + (size_t)r * (w->n_in / 32),
+				j->fdots(wr, wst, NW, xr, w->n_in, j->xs + (size_t)r * (w->n_in / 32),
 					 w->n_in / 32, w->n_in, R, d);
 			else if (j->dots)
-				j->dots(wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
+				j->dots(wr, wst, NW, xr, w->n_in, w->n_in, R, d);
 #ifdef KVT_X86
 			else if (j->dq)
-				dots_dq_avx2(j->dq, kvt_qtype(w->type), wr, j->rb, NW, xr, w->n_in,
+				dots_dq_avx2(j->dq, kvt_qtype(w->type), wr, wst, NW, xr, w->n_in,
 					     w->n_in, R, d);
 #endif
 			else
-				dots_scalar(w->type, wr, j->rb, NW, xr, w->n_in, w->n_in, R, d);
+				dots_scalar(w->type, wr, wst, NW, xr, w->n_in, w->n_in, R, d);
 			for (unsigned k = 0; k < NW; k++)
-				for (unsigned i = 0; i < R; i++)
-					j->y[(size_t)(r + i) * w->n_out + o + k] = d[k * 4 + i];
+				for (unsigned q = 0; q < R; q++)
+					j->y[(size_t)(r + q) * w->n_out + o + k * H] = d[k * 4 + q];
 		}
 	}
 }

@@ -337,9 +337,9 @@ I2_INLINE float hscale(const uint8_t *p)
 	return _cvtsh_ss(h);
 }
 
-/* The weight rows a task reads are one run of memory, read NW rows at a
- * time a block from each: ask for the block PF_ROWS turns ahead, which the
- * hardware prefetchers, following 2 streams of short rows, do not. */
+/* A call reads NW rows wst apart a block from each, and the caller's
+ * next call the rows after them (kernels.c, mm_small_task): ask for the
+ * block PF_ROWS rows on in the same stream. */
 #define PF_ROWS	2
 
 I2_INLINE void prefetch_ahead(const uint8_t *p, unsigned bytes)
@@ -462,7 +462,7 @@ I8_INLINE void qk32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
 			const float d = hscale(blk), dmin = hscale(blk + 2);
 
-			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			prefetch_ahead(blk + PF_ROWS * (size_t)nb * bs, bs);
 			const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales(blk + 4));
 			const __m256i mn = _mm256_permutexvar_epi16(patm, sm);
 			const __m512i h = five ? _mm512_broadcast_i64x4(
@@ -540,7 +540,7 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			__m256i of;		/* and what multiplies the sums of x, int16 */
 			float d, dof;
 
-			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			prefetch_ahead(blk + PF_ROWS * (size_t)nb * bs, bs);
 			k16_head(type, blk, &sc, &of, &d, &dof);
 			if (type == KVT_W_Q6_K) {
 				for (unsigned c = 0; c < 2; c++) {
@@ -667,7 +667,7 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 				v = _mm512_abs_epi8(v);
 			}
 
-			prefetch_ahead(b0 + PF_ROWS * NW * wst, 2 * bs);
+			prefetch_ahead(b0 + PF_ROWS * (size_t)nb * bs, 2 * bs);
 
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
@@ -782,7 +782,7 @@ I2_INLINE void qb32_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq,
 			}
 			const __m256i av = mins ? v : _mm256_sign_epi8(v, v);
 
-			prefetch_ahead(b0 + PF_ROWS * NW * wst, bs);
+			prefetch_ahead(b0 + PF_ROWS * (size_t)nb * bs, bs);
 			for (unsigned r = 0; r < R; r++) {
 				const __m256i x = _mm256_loadu_si256((const __m256i *)XQ(xq, r0 + r, (size_t)b * 32));
 				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
@@ -831,7 +831,7 @@ I2_INLINE void qk_avx2(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			__m256i v[8], s[8], of;
 			float d, dof;
 
-			prefetch_ahead(blk + PF_ROWS * NW * wst, bs);
+			prefetch_ahead(blk + PF_ROWS * (size_t)nb * bs, bs);
 			if (type == KVT_W_Q4_K || type == KVT_W_Q5_K) {
 				const int five = type == KVT_W_Q5_K;
 				const __m128i sm = q4k_scales(blk + 4);
