@@ -1185,12 +1185,12 @@ static void mm_small_task(void *arg, unsigned task, unsigned thread)
 	 * and o + 1 a block from each in turn stepped back and forth
 	 * within a few lines and left them behind (docs/benchmarks.md). */
 	const unsigned H = (o1 - o0) / 2;
+	const size_t wst = (size_t)H * j->rb;
 
 	for (unsigned i = 0; i < H + (o1 - o0) % 2; i++) {
 		const unsigned o = o0 + (i < H ? i : 2 * H);
 		const void *wr = (const char *)w->data + (size_t)o * j->rb;
 		const unsigned NW = i < H ? 2 : 1;
-		const size_t wst = (size_t)H * j->rb;
 
 		for (unsigned r = 0; r < j->rows; r += 4) {
 			unsigned R = j->rows - r < 4 ? j->rows - r : 4;
