@@ -368,18 +368,25 @@ I8_INLINE __m512i cat256(__m256i lo, __m256i hi)
 }
 
 /* q4_k's 12 bytes of 6-bit scales and mins as 16 bytes, the 8 scales then
- * the 8 mins (ggml's unpacking, four bytes at a time). */
+ * the 8 mins: ggml's unpacking, on the words u0 u1 u2 at p, in one
+ * register (the 16-byte load takes 4 bytes of qs along, unused):
+ *
+ *   u0 & 0x3f3f3f3f,  (u2 & 0x0f0f0f0f) | (u0 >> 2 & 0x30303030),
+ *   u1 & 0x3f3f3f3f,  (u2 >> 4 & 0x0f0f0f0f) | (u1 >> 2 & 0x30303030).
+ *
+ * Built in general registers and stored, the words were read back through
+ * memory every block: 9 per cent of the kernel from L2. */
 I2_INLINE __m128i q4k_scales(const uint8_t *p)
 {
-	uint32_t u[4], aux;
+	const __m128i u = _mm_loadu_si128((const __m128i *)p);
+	const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));	/* u0 u2 u1 u2 */
+	const __m128i b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));	/* u0 u0 u1 u1 */
+	const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+					 _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+	const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2),
+					 _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
 
-	memcpy(u, p, 12);
-	u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-	aux = u[1] & 0x3f3f3f3f;
-	u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-	u[2] = aux;
-	u[0] &= 0x3f3f3f3f;
-	return _mm_loadu_si128((const __m128i *)u);
+	return _mm_or_si128(lo, hi);
 }
 
 /* q3_k's 16 scales less 32 (kvt_q3k_scales' unpacking), formed in a
@@ -438,16 +445,21 @@ I8_INLINE void qk32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 {
 	const unsigned n = xq->n, nb = n / 256, bs = five ? 176 : 144, qs = five ? 48 : 16;
 	const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-	/* of the 16 scales and mins as int16: sub-block 2j's scale over 16
-	 * lanes, then 2j + 1's */
+	/* vpshufb's picks from the 8 scales and 8 mins as bytes, in every
+	 * 128-bit lane, each into an int16 (0x80: a zero high byte): scale
+	 * 2j over 16 lanes, then scale 2j + 1 over 16 ... */
+#define U16(i)	(short)(0x8000 | (i))
 	const __m512i pat[4] = {
-		cat256(_mm256_set1_epi16(0), _mm256_set1_epi16(1)),
-		cat256(_mm256_set1_epi16(2), _mm256_set1_epi16(3)),
-		cat256(_mm256_set1_epi16(4), _mm256_set1_epi16(5)),
-		cat256(_mm256_set1_epi16(6), _mm256_set1_epi16(7)),
+		cat256(_mm256_set1_epi16(U16(0)), _mm256_set1_epi16(U16(1))),
+		cat256(_mm256_set1_epi16(U16(2)), _mm256_set1_epi16(U16(3))),
+		cat256(_mm256_set1_epi16(U16(4)), _mm256_set1_epi16(U16(5))),
+		cat256(_mm256_set1_epi16(U16(6)), _mm256_set1_epi16(U16(7))),
 	};
-	/* each min twice, against the sums of x over each 16 */
-	const __m256i patm = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+	/* ... and each min twice, against the sums of x over each 16 */
+	const __m256i patm = _mm256_setr_epi16(U16(8), U16(8), U16(9), U16(9), U16(10), U16(10),
+					       U16(11), U16(11), U16(12), U16(12), U16(13), U16(13),
+					       U16(14), U16(14), U16(15), U16(15));
+#undef U16
 	__m512 acc[2][4];
 	__m256 macc[2][4];
 
@@ -460,11 +472,13 @@ I8_INLINE void qk32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 #pragma GCC unroll 2
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *blk = w0 + k * wst + (size_t)b * bs;
-			const float d = hscale(blk), dmin = hscale(blk + 2);
+			uint32_t dd;
 
+			memcpy(&dd, blk, sizeof(dd));
 			prefetch_ahead(blk + PF_ROWS * (size_t)nb * bs, bs);
-			const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales(blk + 4));
-			const __m256i mn = _mm256_permutexvar_epi16(patm, sm);
+			const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));	/* d dmin */
+			const __m512i sm = _mm512_broadcast_i32x4(q4k_scales(blk + 4));
+			const __m256i mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm), patm);
 			const __m512i h = five ? _mm512_broadcast_i64x4(
 					_mm256_loadu_si256((const __m256i *)(blk + 16))) : _mm512_setzero_si512();
 			__m512i v[4], s[4];
@@ -484,21 +498,23 @@ I8_INLINE void qk32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 				if (five)
 					v[j] = _mm512_mask_add_epi8(v[j], _mm512_test_epi8_mask(h, bits_pair(j)),
 								    v[j], sixteen);
-				s[j] = _mm512_permutexvar_epi16(pat[j], _mm512_castsi256_si512(sm));
+				s[j] = _mm512_shuffle_epi8(sm, pat[j]);
 			}
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
 				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
-				const float dx = xq->d[(size_t)(r0 + r) * nb + b];
+				const __m128 f = _mm_mul_ps(dm, _mm_broadcast_ss(xq->d +
+									  (size_t)(r0 + r) * nb + b));
 				__m512i ia = dot_u8s8(v[0], _mm512_loadu_si512(x), s[0]);
 				__m256i im = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)xs));
 
 				for (unsigned j = 1; j < 4; j++)
 					ia = _mm512_add_epi32(ia, dot_u8s8(v[j],
 						_mm512_loadu_si512(x + 64 * j), s[j]));
-				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(d * dx),
+				acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_broadcastss_ps(f),
 							    acc[k][r]);
-				macc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), _mm256_set1_ps(dmin * dx),
+				macc[k][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im),
+							     _mm256_broadcastss_ps(_mm_movehdup_ps(f)),
 							     macc[k][r]);
 			}
 		}
