@@ -535,10 +535,11 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 	const unsigned bs = type == KVT_W_Q2_K ? 84 : type == KVT_W_Q3_K ? 110 : 210;
 	const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(0x0F);
 	const __m512i m30 = _mm512_set1_epi8(0x30), four = _mm512_set1_epi8(4);
-	/* scales 4t .. 4t + 3 (of 16, in each 128-bit lane), each over 8
-	 * int16 lanes: 16 values */
-	const __m256i lo4 = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-					     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	/* scales 4t .. 4t + 3 (of 16, as int16), each over 8 int16 lanes (a
+	 * 128-bit lane): 16 values; idx + 4t picks them with vpermw */
+	const __m512i idx = _mm512_setr_epi64(0, 0, 0x0001000100010001ll, 0x0001000100010001ll,
+					      0x0002000200020002ll, 0x0002000200020002ll,
+					      0x0003000300030003ll, 0x0003000300030003ll);
 	__m512 acc[2][4];
 	__m256 oacc[2][4];
 
@@ -591,11 +592,13 @@ I8_INLINE void qk16_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 									bits_pair(t)), v[t], four);
 				}
 			}
-			const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+			/* q6_k's and q3_k's of: their scales as int16 already */
+			const __m512i sc16 = _mm512_castsi256_si512(type == KVT_W_Q2_K ?
+						_mm256_cvtepu8_epi16(sc) : of);
 
 			for (unsigned t = 0; t < 4; t++)
-				s[t] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc2,
-						_mm256_add_epi8(lo4, _mm256_set1_epi8((char)(4 * t)))));
+				s[t] = _mm512_permutexvar_epi16(_mm512_add_epi16(idx,
+						_mm512_set1_epi16((short)(4 * t))), sc16);
 			for (unsigned r = 0; r < R; r++) {
 				const int8_t *x = XQ(xq, r0 + r, (size_t)b * 256);
 				const int16_t *xs = xq->s + (size_t)(r0 + r) * (n / 16) + b * 16;
