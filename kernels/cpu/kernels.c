@@ -1410,9 +1410,13 @@ static unsigned mm_small_setup(struct mm_job *j, unsigned nt)
 
 	if (!(j->qdots = kvt_qdots(w->type)))
 		pick_dots(j);
-	/* About four tasks per thread for balance, but each a whole number
-	 * of cache lines of y and worth a task hand-out. */
-	tasks = 4 * nt;
+	/* One task per thread, each a whole number of cache lines of y and
+	 * worth a task hand-out. More, smaller tasks balance the threads
+	 * better but cost more than they save: each starts new streams,
+	 * and the threads' reads interleave. Decode's products from memory,
+	 * 8 layers of a 1024-wide q4_k model, two threads: 43-45 GB/s at
+	 * four tasks a thread, 47 at two, 51-52 at one (docs/benchmarks.md). */
+	tasks = nt;
 	if ((size_t)w->n_out * j->rb / SMALL_TASK_MIN < tasks)
 		tasks = (unsigned)((size_t)w->n_out * j->rb / SMALL_TASK_MIN) + 1;
 	j->blk = (w->n_out + tasks - 1) / tasks;
