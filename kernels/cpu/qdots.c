@@ -46,6 +46,10 @@
 #define I8		__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define I8_INLINE	static inline __attribute__((always_inline, \
 			target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define IV		__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi," \
+						   "gfni,avx2,fma,f16c")))
+#define IV_INLINE	static inline __attribute__((always_inline, \
+			target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c")))
 #define I2		__attribute__((target("avx2,fma,f16c")))
 #define I2_INLINE	static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
@@ -61,6 +65,23 @@ static int have_bw(void)
 
 		h = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX512BW) &&
 		    (b & bit_AVX512VL);
+		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
+	}
+	return h;
+}
+
+/* vpdpbusd, vpermt2b and gf2p8affineqb on 512 bits: AVX512-VNNI, VBMI and
+ * GFNI, with BW. */
+static int have_vnni(void)
+{
+	static int have = -1;
+	int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+
+	if (h < 0) {
+		unsigned a, b, c, d;
+
+		h = have_bw() && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+		    (c & bit_AVX512VNNI) && (c & bit_AVX512VBMI) && (c & bit_GFNI);
 		__atomic_store_n(&have, h, __ATOMIC_RELAXED);
 	}
 	return h;
@@ -714,6 +735,101 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 			out[k * 4 + r] = _mm512_reduce_add_ps(acc[k][r]) + macc[k][r];
 }
 
+/*
+ * q4_0 with AVX512-VNNI, VBMI and GFNI, four blocks (72 bytes) a step:
+ * vpermt2b lays out two blocks' 16 bytes of quants twice each, and one
+ * gf2p8affineqb keeps the low nibbles of the first copy and shifts down
+ * the high ones of the second, which leaves every block's 32 values in
+ * the order x has them; vpdpbusd sums q xq four products a lane, 8 lanes
+ * a block, unsigned q (0..15) by signed xq, from -8 times the same lanes'
+ * sums of xq (a vpdpbusd of 8s, once for both weight rows), so that each
+ * block's lanes add up to sum (q - 8) xq, the integer qb32_i8 computes.
+ * dw dx, four blocks' in one vector, weighs the lanes. The 72 bytes come
+ * in as 64 and then 16 (the last 8 used): a second 64-byte load 8 bytes
+ * on, overlapping the first, read memory at 43-46 GB/s on two threads
+ * where these loads read 62-66 (docs/benchmarks.md). n a multiple of 128.
+ */
+IV_INLINE void q40_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+			unsigned NW, unsigned R, float *out)
+{
+	const unsigned n = xq->n, nb = n / 32;
+	/* vpermt2b's picks for blocks 2h and 2h + 1: byte i of 128-bit lane
+	 * L is byte i of block 2h + L / 2's quants, at 18 k + 2 of the 72;
+	 * from 64 on they are the second load's (index 64 + at - 56) */
+	static const uint8_t ixb[2][64] __attribute__((aligned(64))) = { {
+		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+		20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+		20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+	}, {
+		38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+		38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
+		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
+	} };
+	const __m512i ix[2] = { _mm512_load_si512(ixb[0]), _mm512_load_si512(ixb[1]) };
+	/* the four blocks' dw: words 0, 9, 18 and 27 */
+	const __m512i idw = _mm512_castsi128_si512(_mm_setr_epi16(0, 9, 18, 27, 0, 0, 0, 0));
+	/* gf2p8affineqb's matrices, one a qword: x & 0x0F in lanes 0 and 2,
+	 * x >> 4 in lanes 1 and 3 */
+	const __m512i nib = _mm512_setr_epi64(0x0102040800000000ll, 0x0102040800000000ll,
+					      0x1020408000000000ll, 0x1020408000000000ll,
+					      0x0102040800000000ll, 0x0102040800000000ll,
+					      0x1020408000000000ll, 0x1020408000000000ll);
+	/* dw dx of blocks 2h and 2h + 1, 8 lanes each */
+	const __m512i rep[2] = { _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+				 _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) };
+	const __m512i eight = _mm512_set1_epi8(8);
+	__m512 acc[2][4][2];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r][0] = acc[k][r][1] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < nb; b += 4) {
+		__m512i xv[4][2], nu[4][2];
+		__m128 dx[4];
+
+		for (unsigned r = 0; r < R; r++) {
+			const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
+
+			dx[r] = _mm_loadu_ps(xq->d + (size_t)(r0 + r) * nb + b);
+			for (unsigned h = 0; h < 2; h++) {
+				xv[r][h] = _mm512_loadu_si512(x + 64 * h);
+				nu[r][h] = _mm512_sub_epi32(_mm512_setzero_si512(),
+					_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv[r][h]));
+			}
+		}
+#pragma GCC unroll 2
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *g = w0 + k * wst + (size_t)b * 18;
+			const __m512i lo = _mm512_loadu_si512(g);
+			const __m512i hi = _mm512_castsi128_si512(
+				_mm_loadu_si128((const __m128i *)(g + 56)));
+			const __m128 dw = _mm_cvtph_ps(_mm512_castsi512_si128(
+				_mm512_permutexvar_epi16(idw, lo)));
+			__m512i v[2];
+
+			prefetch_ahead(g + PF_ROWS * (size_t)nb * 18, 72);
+			for (unsigned h = 0; h < 2; h++)
+				v[h] = _mm512_gf2p8affine_epi64_epi8(
+					_mm512_permutex2var_epi8(lo, ix[h], hi), nib, 0);
+			for (unsigned r = 0; r < R; r++) {
+				const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dw, dx[r]));
+
+				for (unsigned h = 0; h < 2; h++) {
+					__m512i p = _mm512_dpbusd_epi32(nu[r][h], v[h], xv[r][h]);
+
+					acc[k][r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+						_mm512_permutexvar_ps(rep[h], s4), acc[k][r][h]);
+				}
+			}
+		}
+	}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][r][0], acc[k][r][1]));
+}
+
 /* One function per type, specialised for every NW x R. */
 #define DEF_QDOTS(name, body...)						\
 I8 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
@@ -732,6 +848,18 @@ DEF_QDOTS(qdots_q3k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q3_K))
 DEF_QDOTS(qdots_q4k, qk32_i8(w, wst, xq, r0, NN, RR, out, 0))
 DEF_QDOTS(qdots_q5k, qk32_i8(w, wst, xq, r0, NN, RR, out, 1))
 DEF_QDOTS(qdots_q6k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
+
+/* q4_0 where the cpu has VNNI, VBMI and GFNI, rows of whole steps of 4
+ * blocks; else qb32_i8 */
+IV static void qdots_q40v(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,
+			  unsigned r0, unsigned R, float *out)
+{
+	if (xq->n % 128) {
+		qdots_q40(w, wst, NW, xq, r0, R, out);
+		return;
+	}
+	KVT_NW_R_DISPATCH(NW, R, q40_vnni(w, wst, xq, r0, NN, RR, out));
+}
 
 /* ---- AVX2 ---- */
 
@@ -966,6 +1094,8 @@ kvt_qdots_fn kvt_qdots(uint32_t wtype)
 
 	if (!simd || !kvt_cpu_int8_dots())
 		return NULL;
+	if (wtype == KVT_W_Q4_0 && simd >= 2 && have_vnni())
+		return qdots_q40v;
 	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		if (fns[i].type == wtype)
 			return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
