@@ -26,7 +26,9 @@
  * onto x as q4_0's and q5_0's do), and vpmaddwd adds pairs of those into
  * int32, times the sub-block scales where the type has them (q3_k's and
  * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
- * ones 32.
+ * ones 32. q4_0 has a third kernel on AVX512-VNNI, VBMI and GFNI
+ * (q40_vnni): vpdpbusd sums four products into int32 at once, and the -8
+ * enters as a sum of x rather than as signs.
  */
 #include <errno.h>
 #include <math.h>
