@@ -832,6 +832,97 @@ IV_INLINE void q40_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][r][0], acc[k][r][1]));
 }
 
+/*
+ * q4_1 on the same extensions, four blocks (80 bytes) a step, as
+ * q40_vnni: the quants laid out and split alike, summed unsigned by
+ * vpdpbusd from 0, and each block's m dx times the lanes' sums of xq (a
+ * vpdpbusd of 1s, once for both weight rows) added. n a multiple of 128.
+ */
+IV_INLINE void q41_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+			unsigned NW, unsigned R, float *out)
+{
+	const unsigned n = xq->n, nb = n / 32;
+	/* block k's quants at 20 k + 4; block 3's in the second load
+	 * (index 64 + at - 64) */
+	static const uint8_t ixb[2][64] __attribute__((aligned(64))) = { {
+		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+	}, {
+		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+	} };
+	const __m512i ix[2] = { _mm512_load_si512(ixb[0]), _mm512_load_si512(ixb[1]) };
+	/* the four blocks' d (words 10 k), then their m (10 k + 1) */
+	const __m512i idm = _mm512_castsi128_si512(_mm_setr_epi16(0, 10, 20, 30, 1, 11, 21, 31));
+	const __m512i nib = _mm512_setr_epi64(0x0102040800000000ll, 0x0102040800000000ll,
+					      0x1020408000000000ll, 0x1020408000000000ll,
+					      0x0102040800000000ll, 0x0102040800000000ll,
+					      0x1020408000000000ll, 0x1020408000000000ll);
+	/* d dx, then m dx, of blocks 2h and 2h + 1, 8 lanes each */
+	const __m512i rep[2][2] = {
+		{ _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+		  _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5) },
+		{ _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+		  _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7) } };
+	const __m512i one = _mm512_set1_epi8(1);
+	__m512 acc[2][4][2];
+
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			acc[k][r][0] = acc[k][r][1] = _mm512_setzero_ps();
+	for (unsigned b = 0; b < nb; b += 4) {
+		__m512i xv[4][2];
+		__m512 sx[4][2];
+		__m256 dx[4];
+
+		for (unsigned r = 0; r < R; r++) {
+			const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
+
+			dx[r] = _mm256_broadcast_ps((const __m128 *)(xq->d + (size_t)(r0 + r) * nb + b));
+			for (unsigned h = 0; h < 2; h++) {
+				xv[r][h] = _mm512_loadu_si512(x + 64 * h);
+				sx[r][h] = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+										  one, xv[r][h]));
+			}
+		}
+#pragma GCC unroll 2
+		for (unsigned k = 0; k < NW; k++) {
+			const uint8_t *g = w0 + k * wst + (size_t)b * 20;
+			const __m512i lo = _mm512_loadu_si512(g);
+			const __m512i hi = _mm512_castsi128_si512(
+				_mm_loadu_si128((const __m128i *)(g + 64)));
+			const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(
+				_mm512_permutexvar_epi16(idm, lo)));
+			__m512i v[2];
+
+			prefetch_ahead(g + PF_ROWS * (size_t)nb * 20, 80);
+			for (unsigned h = 0; h < 2; h++)
+				v[h] = _mm512_gf2p8affine_epi64_epi8(
+					_mm512_permutex2var_epi8(lo, ix[h], hi), nib, 0);
+			for (unsigned r = 0; r < R; r++) {
+				const __m512 f = _mm512_castps256_ps512(_mm256_mul_ps(dm, dx[r]));
+
+				for (unsigned h = 0; h < 2; h++) {
+					__m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[h],
+									xv[r][h]);
+					__m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+						_mm512_permutexvar_ps(rep[h][0], f),
+						_mm512_mul_ps(sx[r][h], _mm512_permutexvar_ps(rep[h][1], f)));
+
+					acc[k][r][h] = _mm512_add_ps(acc[k][r][h], t);
+				}
+			}
+		}
+	}
+	for (unsigned k = 0; k < NW; k++)
+		for (unsigned r = 0; r < R; r++)
+			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][r][0], acc[k][r][1]));
+}
+
 /* One function per type, specialised for every NW x R. */
 #define DEF_QDOTS(name, body...)						\
 I8 static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
@@ -861,6 +952,17 @@ IV static void qdots_q40v(const void *w, size_t wst, unsigned NW, const struct k
 		return;
 	}
 	KVT_NW_R_DISPATCH(NW, R, q40_vnni(w, wst, xq, r0, NN, RR, out));
+}
+
+/* q4_1 likewise */
+IV static void qdots_q41v(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,
+			  unsigned r0, unsigned R, float *out)
+{
+	if (xq->n % 128) {
+		qdots_q41(w, wst, NW, xq, r0, R, out);
+		return;
+	}
+	KVT_NW_R_DISPATCH(NW, R, q41_vnni(w, wst, xq, r0, NN, RR, out));
 }
 
 /* ---- AVX2 ---- */
@@ -1098,6 +1200,8 @@ kvt_qdots_fn kvt_qdots(uint32_t wtype)
 		return NULL;
 	if (wtype == KVT_W_Q4_0 && simd >= 2 && have_vnni())
 		return qdots_q40v;
+	if (wtype == KVT_W_Q4_1 && simd >= 2 && have_vnni())
+		return qdots_q41v;
 	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		if (fns[i].type == wtype)
 			return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
