@@ -27,7 +27,7 @@
  * int32, times the sub-block scales where the type has them (q3_k's and
  * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
  * ones 32. q4_0 has a third kernel on AVX512-VNNI, VBMI and GFNI
- * (q40_vnni): vpdpbusd sums four products into int32 at once, and the -8
+ * (q4x_vnni, q4_1's too): vpdpbusd sums four products into int32 at once, and the -8
  * enters as a sum of x rather than as signs.
  */
 #include <errno.h>
@@ -738,27 +738,30 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 }
 
 /*
- * q4_0 with AVX512-VNNI, VBMI and GFNI, four blocks (72 bytes) a step:
- * vpermt2b lays out two blocks' 16 bytes of quants twice each, and one
- * gf2p8affineqb keeps the low nibbles of the first copy and shifts down
- * the high ones of the second, which leaves every block's 32 values in
- * the order x has them; vpdpbusd sums q xq four products a lane, 8 lanes
- * a block, unsigned q (0..15) by signed xq, from -8 times the same lanes'
- * sums of xq (a vpdpbusd of 8s, once for both weight rows), so that each
- * block's lanes add up to sum (q - 8) xq, the integer qb32_i8 computes.
- * dw dx, four blocks' in one vector, weighs the lanes. The 72 bytes come
- * in as 64 and then 16 (the last 8 used): a second 64-byte load 8 bytes
- * on, overlapping the first, read memory at 43-46 GB/s on two threads
- * where these loads read 62-66 (docs/benchmarks.md). n a multiple of 128.
+ * q4_0 and q4_1 with AVX512-VNNI, VBMI and GFNI, four blocks (72 or 80
+ * bytes) a step: vpermt2b lays out two blocks' 16 bytes of quants twice
+ * each, and one gf2p8affineqb keeps the low nibbles of the first copy and
+ * shifts down the high ones of the second, which leaves every block's 32
+ * values in the order x has them; vpdpbusd sums q xq four products a
+ * lane, 8 lanes a block, unsigned q (0..15) by signed xq. For q4_0 the
+ * sums start from -8 times the same lanes' sums of xq (a vpdpbusd of 8s,
+ * once for both weight rows), so that each block's lanes add up to sum
+ * (q - 8) xq, the integer qb32_i8 computes; for q4_1, m dx times the
+ * lanes' sums of xq (a vpdpbusd of 1s) is added in f32. d dx (and m dx),
+ * four blocks' in one vector, weighs the lanes. The bytes come in as 64
+ * and then 16: a second 64-byte load 8 bytes on, overlapping the first,
+ * read memory at 43-46 GB/s on two threads where these loads read 62-66
+ * (docs/benchmarks.md). n a multiple of 128.
  */
-IV_INLINE void q40_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-			unsigned NW, unsigned R, float *out)
+IV_INLINE void q4x_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
+			unsigned NW, unsigned R, float *out, int mins)
 {
-	const unsigned n = xq->n, nb = n / 32;
+	const unsigned n = xq->n, nb = n / 32, bs = mins ? 20 : 18, at2 = mins ? 64 : 56;
 	/* vpermt2b's picks for blocks 2h and 2h + 1: byte i of 128-bit lane
-	 * L is byte i of block 2h + L / 2's quants, at 18 k + 2 of the 72;
-	 * from 64 on they are the second load's (index 64 + at - 56) */
-	static const uint8_t ixb[2][64] __attribute__((aligned(64))) = { {
+	 * L is byte i of block 2h + L / 2's quants, at bs k + 2 (q4_0) or
+	 * bs k + 4 (q4_1); from 64 on they are the second load's (index 64
+	 * + at - at2) */
+	static const uint8_t ixb[2][2][64] __attribute__((aligned(64))) = { { {
 		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 		20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
@@ -768,96 +771,23 @@ IV_INLINE void q40_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 		38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
 		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
 		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
-	} };
-	const __m512i ix[2] = { _mm512_load_si512(ixb[0]), _mm512_load_si512(ixb[1]) };
-	/* the four blocks' dw: words 0, 9, 18 and 27 */
-	const __m512i idw = _mm512_castsi128_si512(_mm_setr_epi16(0, 9, 18, 27, 0, 0, 0, 0));
+	} }, { {
+		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+	}, {
+		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+	} } };
+	const __m512i ix[2] = { _mm512_load_si512(ixb[mins][0]), _mm512_load_si512(ixb[mins][1]) };
+	/* the four blocks' d (words bs k / 2), then q4_1's m (the words after) */
+	const __m512i idm = _mm512_castsi128_si512(mins ? _mm_setr_epi16(0, 10, 20, 30, 1, 11, 21, 31) :
+							  _mm_setr_epi16(0, 9, 18, 27, 0, 0, 0, 0));
 	/* gf2p8affineqb's matrices, one a qword: x & 0x0F in lanes 0 and 2,
 	 * x >> 4 in lanes 1 and 3 */
-	const __m512i nib = _mm512_setr_epi64(0x0102040800000000ll, 0x0102040800000000ll,
-					      0x1020408000000000ll, 0x1020408000000000ll,
-					      0x0102040800000000ll, 0x0102040800000000ll,
-					      0x1020408000000000ll, 0x1020408000000000ll);
-	/* dw dx of blocks 2h and 2h + 1, 8 lanes each */
-	const __m512i rep[2] = { _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-				 _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3) };
-	const __m512i eight = _mm512_set1_epi8(8);
-	__m512 acc[2][4][2];
-
-	for (unsigned k = 0; k < NW; k++)
-		for (unsigned r = 0; r < R; r++)
-			acc[k][r][0] = acc[k][r][1] = _mm512_setzero_ps();
-	for (unsigned b = 0; b < nb; b += 4) {
-		__m512i xv[4][2], nu[4][2];
-		__m128 dx[4];
-
-		for (unsigned r = 0; r < R; r++) {
-			const int8_t *x = XQ(xq, r0 + r, (size_t)b * 32);
-
-			dx[r] = _mm_loadu_ps(xq->d + (size_t)(r0 + r) * nb + b);
-			for (unsigned h = 0; h < 2; h++) {
-				xv[r][h] = _mm512_loadu_si512(x + 64 * h);
-				nu[r][h] = _mm512_sub_epi32(_mm512_setzero_si512(),
-					_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv[r][h]));
-			}
-		}
-#pragma GCC unroll 2
-		for (unsigned k = 0; k < NW; k++) {
-			const uint8_t *g = w0 + k * wst + (size_t)b * 18;
-			const __m512i lo = _mm512_loadu_si512(g);
-			const __m512i hi = _mm512_castsi128_si512(
-				_mm_loadu_si128((const __m128i *)(g + 56)));
-			const __m128 dw = _mm_cvtph_ps(_mm512_castsi512_si128(
-				_mm512_permutexvar_epi16(idw, lo)));
-			__m512i v[2];
-
-			prefetch_ahead(g + PF_ROWS * (size_t)nb * 18, 72);
-			for (unsigned h = 0; h < 2; h++)
-				v[h] = _mm512_gf2p8affine_epi64_epi8(
-					_mm512_permutex2var_epi8(lo, ix[h], hi), nib, 0);
-			for (unsigned r = 0; r < R; r++) {
-				const __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(dw, dx[r]));
-
-				for (unsigned h = 0; h < 2; h++) {
-					__m512i p = _mm512_dpbusd_epi32(nu[r][h], v[h], xv[r][h]);
-
-					acc[k][r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-						_mm512_permutexvar_ps(rep[h], s4), acc[k][r][h]);
-				}
-			}
-		}
-	}
-	for (unsigned k = 0; k < NW; k++)
-		for (unsigned r = 0; r < R; r++)
-			out[k * 4 + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][r][0], acc[k][r][1]));
-}
-
-/*
- * q4_1 on the same extensions, four blocks (80 bytes) a step, as
- * q40_vnni: the quants laid out and split alike, summed unsigned by
- * vpdpbusd from 0, and each block's m dx times the lanes' sums of xq (a
- * vpdpbusd of 1s, once for both weight rows) added. n a multiple of 128.
- */
-IV_INLINE void q41_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-			unsigned NW, unsigned R, float *out)
-{
-	const unsigned n = xq->n, nb = n / 32;
-	/* block k's quants at 20 k + 4; block 3's in the second load
-	 * (index 64 + at - 64) */
-	static const uint8_t ixb[2][64] __attribute__((aligned(64))) = { {
-		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
-		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
-	}, {
-		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
-		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
-	} };
-	const __m512i ix[2] = { _mm512_load_si512(ixb[0]), _mm512_load_si512(ixb[1]) };
-	/* the four blocks' d (words 10 k), then their m (10 k + 1) */
-	const __m512i idm = _mm512_castsi128_si512(_mm_setr_epi16(0, 10, 20, 30, 1, 11, 21, 31));
 	const __m512i nib = _mm512_setr_epi64(0x0102040800000000ll, 0x0102040800000000ll,
 					      0x1020408000000000ll, 0x1020408000000000ll,
 					      0x0102040800000000ll, 0x0102040800000000ll,
@@ -868,14 +798,15 @@ IV_INLINE void q41_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 		  _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5) },
 		{ _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
 		  _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7) } };
-	const __m512i one = _mm512_set1_epi8(1);
+	const __m512i per = _mm512_set1_epi8(mins ? 1 : 8);
 	__m512 acc[2][4][2];
 
 	for (unsigned k = 0; k < NW; k++)
 		for (unsigned r = 0; r < R; r++)
 			acc[k][r][0] = acc[k][r][1] = _mm512_setzero_ps();
 	for (unsigned b = 0; b < nb; b += 4) {
-		__m512i xv[4][2];
+		/* x, and the lanes' sums of it: -8 times (q4_0), as f32 (q4_1) */
+		__m512i xv[4][2], nu[4][2];
 		__m512 sx[4][2];
 		__m256 dx[4];
 
@@ -884,22 +815,27 @@ IV_INLINE void q41_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 
 			dx[r] = _mm256_broadcast_ps((const __m128 *)(xq->d + (size_t)(r0 + r) * nb + b));
 			for (unsigned h = 0; h < 2; h++) {
+				__m512i t;
+
 				xv[r][h] = _mm512_loadu_si512(x + 64 * h);
-				sx[r][h] = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
-										  one, xv[r][h]));
+				t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), per, xv[r][h]);
+				if (mins)
+					sx[r][h] = _mm512_cvtepi32_ps(t);
+				else
+					nu[r][h] = _mm512_sub_epi32(_mm512_setzero_si512(), t);
 			}
 		}
 #pragma GCC unroll 2
 		for (unsigned k = 0; k < NW; k++) {
-			const uint8_t *g = w0 + k * wst + (size_t)b * 20;
+			const uint8_t *g = w0 + k * wst + (size_t)b * bs;
 			const __m512i lo = _mm512_loadu_si512(g);
 			const __m512i hi = _mm512_castsi128_si512(
-				_mm_loadu_si128((const __m128i *)(g + 64)));
+				_mm_loadu_si128((const __m128i *)(g + at2)));
 			const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(
 				_mm512_permutexvar_epi16(idm, lo)));
 			__m512i v[2];
 
-			prefetch_ahead(g + PF_ROWS * (size_t)nb * 20, 80);
+			prefetch_ahead(g + PF_ROWS * (size_t)nb * bs, 4 * bs);
 			for (unsigned h = 0; h < 2; h++)
 				v[h] = _mm512_gf2p8affine_epi64_epi8(
 					_mm512_permutex2var_epi8(lo, ix[h], hi), nib, 0);
@@ -907,13 +843,22 @@ IV_INLINE void q41_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 				const __m512 f = _mm512_castps256_ps512(_mm256_mul_ps(dm, dx[r]));
 
 				for (unsigned h = 0; h < 2; h++) {
-					__m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[h],
-									xv[r][h]);
-					__m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-						_mm512_permutexvar_ps(rep[h][0], f),
-						_mm512_mul_ps(sx[r][h], _mm512_permutexvar_ps(rep[h][1], f)));
+					const __m512 sd = _mm512_permutexvar_ps(rep[h][0], f);
 
-					acc[k][r][h] = _mm512_add_ps(acc[k][r][h], t);
+					if (mins) {
+						__m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+										v[h], xv[r][h]);
+						__m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sd,
+							_mm512_mul_ps(sx[r][h],
+								      _mm512_permutexvar_ps(rep[h][1], f)));
+
+						acc[k][r][h] = _mm512_add_ps(acc[k][r][h], t);
+					} else {
+						__m512i p = _mm512_dpbusd_epi32(nu[r][h], v[h], xv[r][h]);
+
+						acc[k][r][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sd,
+									       acc[k][r][h]);
+					}
 				}
 			}
 		}
@@ -942,28 +887,20 @@ DEF_QDOTS(qdots_q4k, qk32_i8(w, wst, xq, r0, NN, RR, out, 0))
 DEF_QDOTS(qdots_q5k, qk32_i8(w, wst, xq, r0, NN, RR, out, 1))
 DEF_QDOTS(qdots_q6k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
 
-/* q4_0 where the cpu has VNNI, VBMI and GFNI, rows of whole steps of 4
- * blocks; else qb32_i8 */
-IV static void qdots_q40v(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,
-			  unsigned r0, unsigned R, float *out)
-{
-	if (xq->n % 128) {
-		qdots_q40(w, wst, NW, xq, r0, R, out);
-		return;
-	}
-	KVT_NW_R_DISPATCH(NW, R, q40_vnni(w, wst, xq, r0, NN, RR, out));
+/* q4_0 and q4_1 where the cpu has VNNI, VBMI and GFNI, rows of whole
+ * steps of 4 blocks; else qb32_i8 */
+#define DEF_Q4V(name, fallback, mins)						\
+IV static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
+		    unsigned r0, unsigned R, float *out)				\
+{										\
+	if (xq->n % 128) {							\
+		fallback(w, wst, NW, xq, r0, R, out);				\
+		return;								\
+	}									\
+	KVT_NW_R_DISPATCH(NW, R, q4x_vnni(w, wst, xq, r0, NN, RR, out, mins));	\
 }
-
-/* q4_1 likewise */
-IV static void qdots_q41v(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,
-			  unsigned r0, unsigned R, float *out)
-{
-	if (xq->n % 128) {
-		qdots_q41(w, wst, NW, xq, r0, R, out);
-		return;
-	}
-	KVT_NW_R_DISPATCH(NW, R, q41_vnni(w, wst, xq, r0, NN, RR, out));
-}
+DEF_Q4V(qdots_q40v, qdots_q40, 0)
+DEF_Q4V(qdots_q41v, qdots_q41, 1)
 
 /* ---- AVX2 ---- */
 
