@@ -26,9 +26,9 @@
  * onto x as q4_0's and q5_0's do), and vpmaddwd adds pairs of those into
  * int32, times the sub-block scales where the type has them (q3_k's and
  * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
- * ones 32. q4_0 has a third kernel on AVX512-VNNI, VBMI and GFNI
- * (q4x_vnni, q4_1's too): vpdpbusd sums four products into int32 at once, and the -8
- * enters as a sum of x rather than as signs.
+ * ones 32. q4_0 and q4_1 have a third kernel, on AVX512-VNNI, VBMI and
+ * GFNI (q4x_vnni): vpdpbusd sums four products into int32 at once, and
+ * q4_0's -8 enters as a sum of x rather than as signs.
  */
 #include <errno.h>
 #include <math.h>
@@ -1123,25 +1123,30 @@ kvt_qdots_fn kvt_qdots(uint32_t wtype)
 #ifdef KVT_X86
 	static const struct {
 		uint32_t type;
-		kvt_qdots_fn avx512, avx2;
+		kvt_qdots_fn avx512, avx2, vnni;
 	} fns[] = {
-		{ KVT_W_Q4_0, qdots_q40, qdots2_q40 }, { KVT_W_Q4_1, qdots_q41, qdots2_q41 },
-		{ KVT_W_Q5_0, qdots_q50, qdots2_q50 }, { KVT_W_Q5_1, qdots_q51, qdots2_q51 },
-		{ KVT_W_Q8_0, qdots_q80, qdots2_q80 }, { KVT_W_Q2_K, qdots_q2k, qdots2_q2k },
-		{ KVT_W_Q3_K, qdots_q3k, qdots2_q3k }, { KVT_W_Q4_K, qdots_q4k, qdots2_q4k },
-		{ KVT_W_Q5_K, qdots_q5k, qdots2_q5k }, { KVT_W_Q6_K, qdots_q6k, qdots2_q6k },
+		{ KVT_W_Q4_0, qdots_q40, qdots2_q40, qdots_q40v },
+		{ KVT_W_Q4_1, qdots_q41, qdots2_q41, qdots_q41v },
+		{ KVT_W_Q5_0, qdots_q50, qdots2_q50, NULL },
+		{ KVT_W_Q5_1, qdots_q51, qdots2_q51, NULL },
+		{ KVT_W_Q8_0, qdots_q80, qdots2_q80, NULL },
+		{ KVT_W_Q2_K, qdots_q2k, qdots2_q2k, NULL },
+		{ KVT_W_Q3_K, qdots_q3k, qdots2_q3k, NULL },
+		{ KVT_W_Q4_K, qdots_q4k, qdots2_q4k, NULL },
+		{ KVT_W_Q5_K, qdots_q5k, qdots2_q5k, NULL },
+		{ KVT_W_Q6_K, qdots_q6k, qdots2_q6k, NULL },
 	};
 	const int simd = kvt_cpu_simd();
 
 	if (!simd || !kvt_cpu_int8_dots())
 		return NULL;
-	if (wtype == KVT_W_Q4_0 && simd >= 2 && have_vnni())
-		return qdots_q40v;
-	if (wtype == KVT_W_Q4_1 && simd >= 2 && have_vnni())
-		return qdots_q41v;
-	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
-		if (fns[i].type == wtype)
-			return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
+	for (unsigned i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+		if (fns[i].type != wtype)
+			continue;
+		if (simd >= 2 && fns[i].vnni && have_vnni())
+			return fns[i].vnni;
+		return simd >= 2 && have_bw() ? fns[i].avx512 : fns[i].avx2;
+	}
 #else
 	(void)wtype;
 #endif
