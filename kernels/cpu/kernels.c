@@ -2833,6 +2833,189 @@ DEF_FUSED(1, 2, fused2_avx512)
 DEF_FUSED(1, 4, fused4_avx512)
 DEF_FUSED(2, 4, fused4x2_avx512)
 
+/*
+ * One query row (decode) against a page in address order. The kernels
+ * above take a KV head at a time: each reads 128 bytes of every row of
+ * the page, a stride the hardware prefetchers do not follow, and sets up
+ * its group, its softmax state and its reductions per head. These take
+ * sixteen query heads at once (G = 1 or 2 to a KV head, 16 / G KV heads):
+ * each K row's heads in turn, so that the page is read straight on, the
+ * sixteen dot products reduced into one vector (lane h: head h's score),
+ * the online softmax on all sixteen lanes at once, then P V a KV head at a
+ * time over the block from L1. The sums are those of the fused kernels,
+ * in the same order, so the floats are the same.
+ */
+struct rowpage {
+	const float	*q;		/* the chunk's query heads, hd apart */
+	const void	*k, *v;		/* its first KV head's row 0 */
+	size_t		 kvst;		/* elements from a token's row to the next */
+	unsigned	 nh;		/* live query heads of the chunk, <= 16 */
+	unsigned	 T;		/* tokens the row sees */
+	float		 scale;
+	float		*m, *l, *o;	/* the chunk's state */
+	float		*pm, *pl;	/* the page's partials, or NULL */
+	const char	*pf;		/* the next page's lines to ask for */
+	unsigned	 pfn;
+};
+
+AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsigned HV,
+				const int f16)
+{
+	const unsigned hd = 16 * HV, KV = (rp->nh + G - 1) / G, DW = HV < 4 ? HV : 4;
+	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
+	const unsigned T = rp->T, pk = (rp->pfn / 2 + KV * T - 1) / (KV * T);
+	const unsigned pv = (rp->pfn - rp->pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
+	__m512 M = _mm512_maskz_loadu_ps(live, rp->m), L = _mm512_maskz_loadu_ps(live, rp->l);
+	__m512 PL = _mm512_setzero_ps();
+	float P[16][16] __attribute__((aligned(64))), cq[16] __attribute__((aligned(64)));
+	unsigned pfi = 0;
+
+	for (unsigned t0 = 0; t0 < T; t0 += 16) {
+		const unsigned n = T - t0 < 16 ? T - t0 : 16;
+		__m512 S[16], mn, c;
+
+		/* S[t] lane h: head h against token t0 + t, scaled */
+		for (unsigned t = 0; t < n; t++) {
+			const void *kr = kv_at(rp->k, (t0 + t) * rp->kvst, f16);
+			__m512 a[16];
+
+			for (unsigned i = 0; i < 16; i++)
+				a[i] = _mm512_setzero_ps();
+			for (unsigned g = 0; g < KV; g++) {
+				for (unsigned i = 0; i < pk && pfi < rp->pfn; i++, pfi++)
+					_mm_prefetch(rp->pf + 64 * (size_t)pfi, _MM_HINT_T0);
+				for (unsigned d = 0; d < HV; d++) {
+					__m512 x = kv_load16(kv_at(kr, g * hd + 16 * d, f16), f16);
+
+					for (unsigned j = 0; j < G; j++)
+						a[g * G + j] = _mm512_fmadd_ps(
+							_mm512_loadu_ps(rp->q + (g * G + j) * hd + 16 * d), x,
+							a[g * G + j]);
+				}
+			}
+			S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
+		}
+		/* the softmax step, as fused_softmax's; the sum over the tokens
+		 * in _mm512_reduce_add_ps's order (HRED4) */
+		mn = M;
+		for (unsigned t = 0; t < n; t++)
+			mn = _mm512_max_ps(mn, S[t]);
+		c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(M, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+					exp16(_mm512_sub_ps(M, mn)));
+		for (unsigned t = 0; t < 16; t++) {
+			S[t] = t < n ? exp16(_mm512_sub_ps(S[t], mn)) : _mm512_setzero_ps();
+			_mm512_store_ps(P[t], S[t]);
+		}
+		for (unsigned w = 8; w; w >>= 1)
+			for (unsigned t = 0; t < w; t++)
+				S[t] = _mm512_add_ps(S[t], S[t + w]);
+		L = _mm512_fmadd_ps(L, c, S[0]);
+		PL = _mm512_fmadd_ps(PL, c, S[0]);
+		M = mn;
+		_mm512_store_ps(cq, c);
+		/* o = o c + P V, a KV head's G queries and DW vectors of dims
+		 * at a time in registers */
+		for (unsigned g = 0; g < KV; g++)
+			for (unsigned d = 0; d < hd; d += 16 * DW) {
+				float *o = rp->o + g * G * hd + d;
+				__m512 acc[2][4];
+
+				for (unsigned j = 0; j < G; j++)
+					for (unsigned i = 0; i < DW; i++)
+						acc[j][i] = _mm512_mul_ps(_mm512_loadu_ps(o + j * hd + 16 * i),
+									  _mm512_set1_ps(cq[g * G + j]));
+				for (unsigned t = 0; t < n; t++) {
+					const void *vr = kv_at(rp->v, (t0 + t) * rp->kvst + g * hd + d, f16);
+					__m512 x[4];
+
+					for (unsigned i = 0; i < pv && pfi < rp->pfn; i++, pfi++)
+						_mm_prefetch(rp->pf + 64 * (size_t)pfi, _MM_HINT_T0);
+					for (unsigned i = 0; i < DW; i++)
+						x[i] = kv_load16(kv_at(vr, 16 * i, f16), f16);
+					for (unsigned j = 0; j < G; j++) {
+						__m512 p = _mm512_set1_ps(P[t][g * G + j]);
+
+						for (unsigned i = 0; i < DW; i++)
+							acc[j][i] = _mm512_fmadd_ps(p, x[i], acc[j][i]);
+					}
+				}
+				for (unsigned j = 0; j < G; j++)
+					for (unsigned i = 0; i < DW; i++)
+						_mm512_storeu_ps(o + j * hd + 16 * i, acc[j][i]);
+			}
+	}
+	_mm512_mask_storeu_ps(rp->m, live, M);
+	_mm512_mask_storeu_ps(rp->l, live, L);
+	if (rp->pm) {
+		_mm512_mask_storeu_ps(rp->pm, live, M);
+		_mm512_mask_storeu_ps(rp->pl, live, PL);
+	}
+}
+
+#define DEF_ROWPAGE(G, HV, name)							\
+AVX512 static void name(struct rowpage *rp, int f16)					\
+{											\
+	if (f16)									\
+		rowpage_body(rp, G, HV, 1);						\
+	else										\
+		rowpage_body(rp, G, HV, 0);						\
+}
+DEF_ROWPAGE(1, 4, rowpage1_64)
+DEF_ROWPAGE(2, 4, rowpage2_64)
+DEF_ROWPAGE(1, 8, rowpage1_128)
+DEF_ROWPAGE(2, 8, rowpage2_128)
+
+/* The kernel for a decode row of shape sh, or NULL. */
+static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
+{
+	unsigned G = sh->n_head / sh->n_kv_heads;
+
+	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2) ||
+	    (sh->kv_type != KVT_KV_F16 && sh->kv_type != KVT_KV_F32) ||
+	    (sh->n_head > 16 && sh->n_head % 16))
+		return NULL;
+	if (sh->head_dim == 64)
+		return G == 1 ? rowpage1_64 : rowpage2_64;
+	if (sh->head_dim == 128)
+		return G == 1 ? rowpage1_128 : rowpage2_128;
+	return NULL;
+}
+
+/* The page for a decode row (ntok: the tokens it sees), sixteen query
+ * heads at a time; the next page asked for over the first sixteen. */
+static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, int),
+			 const float *q, const void *k, const void *v, unsigned ntok,
+			 float *pm, float *pl, const void *next, size_t next_bytes)
+{
+	const struct kvt_attn_shape *sh = &a->sh;
+	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads;
+	const int f16 = sh->kv_type == KVT_KV_F16;
+	const size_t es = f16 ? 2 : 4;
+
+	if (!next) {
+		size_t bytes = (size_t)ntok * sh->n_kv_heads * hd * es;
+
+		kvt_cpu_prefetch(k, bytes);
+		kvt_cpu_prefetch(v, bytes);
+	}
+	for (unsigned h0 = 0; h0 < sh->n_head; h0 += 16) {
+		const size_t g0 = h0 / G * hd * es;
+		struct rowpage rp = {
+			.q = q + (size_t)h0 * hd, .k = (const char *)k + g0, .v = (const char *)v + g0,
+			.kvst = (size_t)sh->n_kv_heads * hd, .T = ntok, .scale = sh->scale,
+			.nh = sh->n_head - h0 < 16 ? sh->n_head - h0 : 16,
+			.m = a->m + h0, .l = a->l + h0, .o = a->o + (size_t)h0 * hd,
+			.pm = pm ? pm + h0 : NULL, .pl = pm ? pl + h0 : NULL,
+		};
+
+		if (next && !h0) {
+			rp.pf = next;
+			rp.pfn = (unsigned)(next_bytes / 64);
+		}
+		fn(&rp, f16);
+	}
+}
+
 /* Decode over q8_0 and q4_0 KV, read in place (pg->q): each block
  * dequantized in registers, d q or d (q - 8), exact, then the same sums in
  * the same order as the f32 kernels over a gathered page, so the same
@@ -3717,6 +3900,9 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 	struct attn_page pg = { .sst = ntok, .hd = hd, .scale = sh->scale };
 	struct attn_kernels kn;
 	int gather = 1, pend, ret;
+#ifdef KVT_X86
+	void (*row)(struct rowpage *, int);
+#endif
 
 	attn_kernels_pick(&kn, hd);
 #ifdef KVT_X86
@@ -3762,6 +3948,12 @@ int kvt_attn_page_ahead(struct kvt_attn_acc *a, const float *q, const uint32_t *
 		return 0;
 	if (pend)
 		return attn_pend(a, q, k, v, ntok, kn.simd);
+#ifdef KVT_X86
+	if ((row = rowpage_pick(sh)) != NULL) {
+		rowpage_fold(a, row, q, k, v, nmax, pm, pl, next, next_bytes);
+		return 0;
+	}
+#endif
 	need = hd + 2 + 4 * (size_t)ntok;
 	if (gather)
 		need += 2 * (size_t)nmax * hd;
