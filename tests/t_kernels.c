@@ -702,6 +702,20 @@ static double attn_err(const struct kvt_attn_shape *sh, const float *out, const 
 	return worst;
 }
 
+/* n random values into each of k and v, f16 or f32. */
+static void fill_kv(int kv_type, void *k, void *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (kv_type == KVT_KV_F16) {
+			((uint16_t *)k)[i] = ref_f2h(rndf());
+			((uint16_t *)v)[i] = ref_f2h(rndf());
+		} else {
+			((float *)k)[i] = rndf();
+			((float *)v)[i] = rndf();
+		}
+	}
+}
+
 /* Accumulators kept from case to case, and the rows each was made for. */
 struct accs {
 	struct kvt_attn_acc a[3];
@@ -734,15 +748,8 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 			row[j] = rndf();
 		kvt_quantize((uint32_t)kvt_kv_block(kv_type), v + i * tok, row, n_kv * hd);
 	}
-	for (size_t i = 0; !kvt_kv_block(kv_type) && i < (size_t)n_ctx * n_kv * hd; i++) {
-		if (kv_type == KVT_KV_F16) {
-			((uint16_t *)k)[i] = ref_f2h(rndf());
-			((uint16_t *)v)[i] = ref_f2h(rndf());
-		} else {
-			((float *)k)[i] = rndf();
-			((float *)v)[i] = rndf();
-		}
-	}
+	if (!kvt_kv_block(kv_type))
+		fill_kv(kv_type, k, v, (size_t)n_ctx * n_kv * hd);
 	for (size_t i = 0; i < (size_t)rows * n_head * hd; i++)
 		q[i] = rndf() * qscale;
 	/* Rows: the last `rows` positions (prefill of a chunk), except that
@@ -970,15 +977,7 @@ static void test_attn_rowpage(void)
 		uint32_t qpos[2] = { n_ctx - 1, n_ctx - 1 };
 		float qs = c & 2 ? 4.0f : 1.0f;
 
-		for (size_t i = 0; i < (size_t)n_ctx * n_kv * hd; i++) {
-			if (kv_type == KVT_KV_F16) {
-				((uint16_t *)k)[i] = ref_f2h(rndf());
-				((uint16_t *)v)[i] = ref_f2h(rndf());
-			} else {
-				((float *)k)[i] = rndf();
-				((float *)v)[i] = rndf();
-			}
-		}
+		fill_kv(kv_type, k, v, (size_t)n_ctx * n_kv * hd);
 		for (unsigned i = 0; i < nh; i++)
 			q[i] = q[nh + i] = rndf() * qs;
 		s2.rows = 2;
