@@ -26,9 +26,10 @@
  * onto x as q4_0's and q5_0's do), and vpmaddwd adds pairs of those into
  * int32, times the sub-block scales where the type has them (q3_k's and
  * q6_k's signed). The AVX-512BW kernels take 64 values a vector, the AVX2
- * ones 32. q4_0 and q4_1 have a third kernel, on AVX512-VNNI, VBMI and
- * GFNI (q4x_vnni): vpdpbusd sums four products into int32 at once, and
- * q4_0's -8 enters as a sum of x rather than as signs.
+ * ones 32. q4_0, q4_1, q5_0 and q5_1 have a third kernel, on AVX512-VNNI,
+ * VBMI and GFNI (q4x_vnni): vpdpbusd sums four products into int32 at
+ * once, and q4_0's -8 (q5_0's -16) enters as a sum of x rather than as
+ * signs.
  */
 #include <errno.h>
 #include <math.h>
@@ -738,54 +739,73 @@ I8_INLINE void qb32_i8(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, u
 }
 
 /*
- * q4_0 and q4_1 with AVX512-VNNI, VBMI and GFNI, four blocks (72 or 80
- * bytes) a step: vpermt2b lays out two blocks' 16 bytes of quants twice
- * each, and one gf2p8affineqb keeps the low nibbles of the first copy and
- * shifts down the high ones of the second, which leaves every block's 32
- * values in the order x has them; vpdpbusd sums q xq four products a
- * lane, 8 lanes a block, unsigned q (0..15) by signed xq. For q4_0 the
- * sums start from -8 times the same lanes' sums of xq (a vpdpbusd of 8s,
+ * q4_0, q4_1, q5_0 and q5_1 with AVX512-VNNI, VBMI and GFNI, four blocks
+ * (72, 80, 88 or 96 bytes) a step: vpermt2b lays out two blocks' 16 bytes
+ * of quants twice each, and one gf2p8affineqb keeps the low nibbles of
+ * the first copy and shifts down the high ones of the second, which
+ * leaves every block's 32 values in the order x has them; q5's fifth bits
+ * (qh, bit i: value i) are added as 16 under a mask of the two blocks'
+ * words. vpdpbusd sums q xq four products a lane, 8 lanes a block,
+ * unsigned q (0..31) by signed xq. For q4_0 and q5_0 the sums start from
+ * -8 or -16 times the same lanes' sums of xq (a vpdpbusd of 8s or 16s,
  * once for both weight rows), so that each block's lanes add up to sum
- * (q - 8) xq, the integer qb32_i8 computes; for q4_1, m dx times the
- * lanes' sums of xq (a vpdpbusd of 1s) is added in f32. d dx (and m dx),
- * four blocks' in one vector, weighs the lanes. The bytes come in as 64
- * and then 16: a second 64-byte load 8 bytes on, overlapping the first,
+ * (q - 8) xq or (q - 16) xq, the integer qb32_i8 computes; for q4_1 and
+ * q5_1, m dx times the lanes' sums of xq (a vpdpbusd of 1s) is added in
+ * f32. d dx (and m dx), four blocks' in one vector, weighs the lanes. The
+ * bytes come in as 64 and then the rest, 16 or 32 (q4_0 and q5_0: from
+ * byte 56 on, 8 bytes over the first): two 64-byte loads 8 bytes apart
  * read memory at 43-46 GB/s on two threads where these loads read 62-66
  * (docs/benchmarks.md). n a multiple of 128.
  */
+struct q4x_layout {
+	uint8_t ix[2][64] __attribute__((aligned(64)));	/* vpermt2b's picks: blocks 0, 1; 2, 3 */
+	int16_t dm[8];			/* the four blocks' d words, then m's, of lo:hi */
+	unsigned bs, at2, qh;		/* block bytes; the second load's start; qh's offset */
+	uint8_t per;			/* q4_0, q5_0: the offset; else 1 (mins) */
+};
+
+/* Byte i of 128-bit lane L: byte i of block 2h + L / 2's quants, at bs k +
+ * qs, taken from the first load below 64 and from the second (64 + byte -
+ * at2) above. */
+#define Q4X_PICK(bs, qs, at2, k, i)	((bs) * (k) + (qs) + (i) < 64 ? (bs) * (k) + (qs) + (i) : \
+					 64 + (bs) * (k) + (qs) + (i) - (at2))
+#define Q4X_L16(bs, qs, at2, k)								\
+	Q4X_PICK(bs, qs, at2, k, 0), Q4X_PICK(bs, qs, at2, k, 1), Q4X_PICK(bs, qs, at2, k, 2),	\
+	Q4X_PICK(bs, qs, at2, k, 3), Q4X_PICK(bs, qs, at2, k, 4), Q4X_PICK(bs, qs, at2, k, 5),	\
+	Q4X_PICK(bs, qs, at2, k, 6), Q4X_PICK(bs, qs, at2, k, 7), Q4X_PICK(bs, qs, at2, k, 8),	\
+	Q4X_PICK(bs, qs, at2, k, 9), Q4X_PICK(bs, qs, at2, k, 10), Q4X_PICK(bs, qs, at2, k, 11),	\
+	Q4X_PICK(bs, qs, at2, k, 12), Q4X_PICK(bs, qs, at2, k, 13), Q4X_PICK(bs, qs, at2, k, 14),	\
+	Q4X_PICK(bs, qs, at2, k, 15)
+#define Q4X_IX(bs, qs, at2)								\
+	{ { Q4X_L16(bs, qs, at2, 0), Q4X_L16(bs, qs, at2, 0),					\
+	    Q4X_L16(bs, qs, at2, 1), Q4X_L16(bs, qs, at2, 1) },					\
+	  { Q4X_L16(bs, qs, at2, 2), Q4X_L16(bs, qs, at2, 2),					\
+	    Q4X_L16(bs, qs, at2, 3), Q4X_L16(bs, qs, at2, 3) } }
+/* word of byte b of the four blocks, lo then hi */
+#define Q4X_W(b, at2)	((b) < 64 ? (b) / 2 : 32 + ((b) - (at2)) / 2)
+
+static const struct q4x_layout q4x_layouts[4] = {
+	{ .bs = 18, .at2 = 56, .qh = 0, .per = 8, .ix = Q4X_IX(18, 2, 56),
+	  .dm = { Q4X_W(0, 56), Q4X_W(18, 56), Q4X_W(36, 56), Q4X_W(54, 56) } },
+	{ .bs = 20, .at2 = 64, .qh = 0, .per = 1, .ix = Q4X_IX(20, 4, 64),
+	  .dm = { Q4X_W(0, 64), Q4X_W(20, 64), Q4X_W(40, 64), Q4X_W(60, 64),
+		  Q4X_W(2, 64), Q4X_W(22, 64), Q4X_W(42, 64), Q4X_W(62, 64) } },
+	{ .bs = 22, .at2 = 56, .qh = 2, .per = 16, .ix = Q4X_IX(22, 6, 56),
+	  .dm = { Q4X_W(0, 56), Q4X_W(22, 56), Q4X_W(44, 56), Q4X_W(66, 56) } },
+	{ .bs = 24, .at2 = 64, .qh = 4, .per = 1, .ix = Q4X_IX(24, 8, 64),
+	  .dm = { Q4X_W(0, 64), Q4X_W(24, 64), Q4X_W(48, 64), Q4X_W(72, 64),
+		  Q4X_W(2, 64), Q4X_W(26, 64), Q4X_W(50, 64), Q4X_W(74, 64) } },
+};
+
+/* lay: 0 q4_0, 1 q4_1, 2 q5_0, 3 q5_1 */
 IV_INLINE void q4x_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, unsigned r0,
-			unsigned NW, unsigned R, float *out, int mins)
+			unsigned NW, unsigned R, float *out, const unsigned lay)
 {
-	const unsigned n = xq->n, nb = n / 32, bs = mins ? 20 : 18, at2 = mins ? 64 : 56;
-	/* vpermt2b's picks for blocks 2h and 2h + 1: byte i of 128-bit lane
-	 * L is byte i of block 2h + L / 2's quants, at bs k + 2 (q4_0) or
-	 * bs k + 4 (q4_1); from 64 on they are the second load's (index 64
-	 * + at - at2) */
-	static const uint8_t ixb[2][2][64] __attribute__((aligned(64))) = { { {
-		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
-		2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
-		20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
-		20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
-	}, {
-		38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
-		38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
-		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
-		56, 57, 58, 59, 60, 61, 62, 63, 72, 73, 74, 75, 76, 77, 78, 79,
-	} }, { {
-		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-		4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
-		24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
-	}, {
-		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-		44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
-		64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
-	} } };
-	const __m512i ix[2] = { _mm512_load_si512(ixb[mins][0]), _mm512_load_si512(ixb[mins][1]) };
-	/* the four blocks' d (words bs k / 2), then q4_1's m (the words after) */
-	const __m512i idm = _mm512_castsi128_si512(mins ? _mm_setr_epi16(0, 10, 20, 30, 1, 11, 21, 31) :
-							  _mm_setr_epi16(0, 9, 18, 27, 0, 0, 0, 0));
+	const struct q4x_layout *L = &q4x_layouts[lay];
+	const int mins = lay & 1, five = lay >= 2;
+	const unsigned n = xq->n, nb = n / 32, bs = L->bs, at2 = L->at2;
+	const __m512i ix[2] = { _mm512_load_si512(L->ix[0]), _mm512_load_si512(L->ix[1]) };
+	const __m512i idm = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)L->dm));
 	/* gf2p8affineqb's matrices, one a qword: x & 0x0F in lanes 0 and 2,
 	 * x >> 4 in lanes 1 and 3 */
 	const __m512i nib = _mm512_setr_epi64(0x0102040800000000ll, 0x0102040800000000ll,
@@ -798,14 +818,15 @@ IV_INLINE void q4x_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 		  _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5) },
 		{ _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
 		  _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7) } };
-	const __m512i per = _mm512_set1_epi8(mins ? 1 : 8);
+	const __m512i per = _mm512_set1_epi8((char)L->per), sixteen = _mm512_set1_epi8(16);
 	__m512 acc[2][4][2];
 
 	for (unsigned k = 0; k < NW; k++)
 		for (unsigned r = 0; r < R; r++)
 			acc[k][r][0] = acc[k][r][1] = _mm512_setzero_ps();
 	for (unsigned b = 0; b < nb; b += 4) {
-		/* x, and the lanes' sums of it: -8 times (q4_0), as f32 (q4_1) */
+		/* x, and the lanes' sums of it: -8 or -16 times (q4_0, q5_0),
+		 * as f32 (q4_1, q5_1) */
 		__m512i xv[4][2], nu[4][2];
 		__m512 sx[4][2];
 		__m256 dx[4];
@@ -829,16 +850,26 @@ IV_INLINE void q4x_vnni(const uint8_t *w0, size_t wst, const struct kvt_xq *xq, 
 		for (unsigned k = 0; k < NW; k++) {
 			const uint8_t *g = w0 + k * wst + (size_t)b * bs;
 			const __m512i lo = _mm512_loadu_si512(g);
-			const __m512i hi = _mm512_castsi128_si512(
-				_mm_loadu_si128((const __m128i *)(g + at2)));
+			const __m512i hi = five ? _mm512_castsi256_si512(
+					_mm256_loadu_si256((const __m256i *)(g + at2))) :
+				_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(g + at2)));
 			const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(
-				_mm512_permutexvar_epi16(idm, lo)));
+				_mm512_permutex2var_epi16(lo, idm, hi)));
 			__m512i v[2];
 
 			prefetch_ahead(g + PF_ROWS * (size_t)nb * bs, 4 * bs);
-			for (unsigned h = 0; h < 2; h++)
+			for (unsigned h = 0; h < 2; h++) {
 				v[h] = _mm512_gf2p8affine_epi64_epi8(
 					_mm512_permutex2var_epi8(lo, ix[h], hi), nib, 0);
+				if (five) {
+					uint32_t h0, h1;
+
+					memcpy(&h0, g + 2 * h * bs + L->qh, sizeof(h0));
+					memcpy(&h1, g + (2 * h + 1) * bs + L->qh, sizeof(h1));
+					v[h] = _mm512_mask_add_epi8(v[h], (__mmask64)h1 << 32 | h0, v[h],
+								    sixteen);
+				}
+			}
 			for (unsigned r = 0; r < R; r++) {
 				const __m512 f = _mm512_castps256_ps512(_mm256_mul_ps(dm, dx[r]));
 
@@ -887,9 +918,9 @@ DEF_QDOTS(qdots_q4k, qk32_i8(w, wst, xq, r0, NN, RR, out, 0))
 DEF_QDOTS(qdots_q5k, qk32_i8(w, wst, xq, r0, NN, RR, out, 1))
 DEF_QDOTS(qdots_q6k, qk16_i8(w, wst, xq, r0, NN, RR, out, KVT_W_Q6_K))
 
-/* q4_0 and q4_1 where the cpu has VNNI, VBMI and GFNI, rows of whole
- * steps of 4 blocks; else qb32_i8 */
-#define DEF_Q4V(name, fallback, mins)						\
+/* q4_0, q4_1, q5_0 and q5_1 where the cpu has VNNI, VBMI and GFNI, rows
+ * of whole steps of 4 blocks; else qb32_i8 */
+#define DEF_Q4V(name, fallback, lay)						\
 IV static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq *xq,	\
 		    unsigned r0, unsigned R, float *out)				\
 {										\
@@ -897,10 +928,12 @@ IV static void name(const void *w, size_t wst, unsigned NW, const struct kvt_xq 
 		fallback(w, wst, NW, xq, r0, R, out);				\
 		return;								\
 	}									\
-	KVT_NW_R_DISPATCH(NW, R, q4x_vnni(w, wst, xq, r0, NN, RR, out, mins));	\
+	KVT_NW_R_DISPATCH(NW, R, q4x_vnni(w, wst, xq, r0, NN, RR, out, lay));	\
 }
 DEF_Q4V(qdots_q40v, qdots_q40, 0)
 DEF_Q4V(qdots_q41v, qdots_q41, 1)
+DEF_Q4V(qdots_q50v, qdots_q50, 2)
+DEF_Q4V(qdots_q51v, qdots_q51, 3)
 
 /* ---- AVX2 ---- */
 
@@ -1127,8 +1160,8 @@ kvt_qdots_fn kvt_qdots(uint32_t wtype)
 	} fns[] = {
 		{ KVT_W_Q4_0, qdots_q40, qdots2_q40, qdots_q40v },
 		{ KVT_W_Q4_1, qdots_q41, qdots2_q41, qdots_q41v },
-		{ KVT_W_Q5_0, qdots_q50, qdots2_q50, NULL },
-		{ KVT_W_Q5_1, qdots_q51, qdots2_q51, NULL },
+		{ KVT_W_Q5_0, qdots_q50, qdots2_q50, qdots_q50v },
+		{ KVT_W_Q5_1, qdots_q51, qdots2_q51, qdots_q51v },
 		{ KVT_W_Q8_0, qdots_q80, qdots2_q80, NULL },
 		{ KVT_W_Q2_K, qdots_q2k, qdots2_q2k, NULL },
 		{ KVT_W_Q3_K, qdots_q3k, qdots2_q3k, NULL },

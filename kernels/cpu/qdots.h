@@ -13,8 +13,8 @@
  * are bound by the cpu, not by memory.
  *
  * AVX-512BW kernels, and AVX2 ones (vpmaddubsw and vpmaddwd on 256 bits)
- * for cpus without it; q4_0's and q4_1's on AVX512-VNNI, VBMI and GFNI
- * where the cpu has those too. kvt_qdots() says whether this cpu, and the current
+ * for cpus without it; q4_0's, q4_1's, q5_0's and q5_1's on AVX512-VNNI,
+ * VBMI and GFNI where the cpu has those too. kvt_qdots() says whether this cpu, and the current
  * setting, use them. The reference, kvt_qdot_ref, is the same integer
  * arithmetic in portable C and what the tests hold the vector code to.
  */
@@ -52,8 +52,8 @@ typedef void (*kvt_qdots_fn)(const void *w, size_t wst, unsigned NW, const struc
 /* The kernel for wtype, or NULL: no integer kernel for the type (f32,
  * f16, bf16), a cpu without AVX2 (or kvt_cpu_simd() lowered to 0), or
  * integer dots turned off. The AVX-512BW kernel where kvt_cpu_simd() is 2
- * and the cpu has AVX-512BW (for q4_0 and q4_1, the VNNI one where it also has
- * AVX512-VNNI, VBMI and GFNI), else the AVX2 one. */
+ * and the cpu has AVX-512BW (for q4_0, q4_1, q5_0 and q5_1, the VNNI one
+ * where it also has AVX512-VNNI, VBMI and GFNI), else the AVX2 one. */
 kvt_qdots_fn kvt_qdots(uint32_t wtype);
 
 /* The same product in portable C, one weight row against row r of xq:
