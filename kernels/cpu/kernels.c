@@ -2835,15 +2835,17 @@ DEF_FUSED(2, 4, fused4x2_avx512)
 
 /*
  * One query row (decode) against a page in address order. The kernels
- * above take a KV head at a time: each reads 128 bytes of every row of
- * the page, a stride the hardware prefetchers do not follow, and sets up
- * its group, its softmax state and its reductions per head. These take
- * sixteen query heads at once (G = 1 or 2 to a KV head, 16 / G KV heads):
- * each K row's heads in turn, so that the page is read straight on, the
- * sixteen dot products reduced into one vector (lane h: head h's score),
- * the online softmax on all sixteen lanes at once, then P V a KV head at a
- * time over the block from L1. The sums are those of the fused kernels,
- * in the same order, so the floats are the same.
+ * above take a KV head at a time, each with its own group, softmax state
+ * and reductions; with one or two query heads to a KV head that per-head
+ * work, not the products, held them. These take sixteen query heads at
+ * once (G = 1 or 2 to a KV head, 16 / G KV heads): each K row's heads in
+ * turn, the sixteen dot products reduced into one vector (lane h: head
+ * h's score), the online softmax on all sixteen lanes at once, then P V
+ * a KV head at a time over the block from L1. From the caches that is
+ * up to 1.8 times faster; from memory both wait on the next page's
+ * prefetches, in address order or not (docs/benchmarks.md, "Decode
+ * attention in address order"). The sums are those of the fused
+ * kernels, in the same order, so the floats are the same.
  */
 struct rowpage {
 	const float	*q;		/* the chunk's query heads, hd apart */
