@@ -798,6 +798,40 @@ static void test_auto_hand(void)
 }
 
 /*
+ * auto's sampled references wait for the shadows in runs, and victims()
+ * must rank as if each had gone through at once. 80 pages in a policy told
+ * its tier holds 64, every key sampled: a lap of inserts, then two of
+ * reads. The LRU shadow hits nothing, the MRU shadow most of each lap, so
+ * after 240 references (fewer than a run) the first victims() ranks as
+ * MRU, the most recent first; with the run left waiting it ranked as LRU.
+ */
+static void test_auto_decides_in_time(void)
+{
+	const struct kvt_policy_ops *o = &kvt_policy_auto;
+	unsigned char *meta = calloc(80, o->meta_size);
+	uint64_t out[3], t = 0;
+	void *st;
+
+	CHECK(meta != NULL);
+	CHECK_EQ(o->init(&st, "sample=1", 64, NULL, 0), 0);
+	for (uint64_t k = 1; k <= 80; k++) {
+		struct kvt_ref r = ref_at(k, ++t);
+		o->on_insert(st, &r, meta + (k - 1) * o->meta_size);
+	}
+	for (int lap = 0; lap < 2; lap++)
+		for (uint64_t k = 1; k <= 80; k++) {
+			struct kvt_ref r = ref_at(k, ++t);
+			o->on_access(st, &r, meta + (k - 1) * o->meta_size);
+		}
+	CHECK_EQ(o->victims(st, out, 3, NULL, NULL), 3);
+	CHECK_EQ(out[0], 80);
+	CHECK_EQ(out[1], 79);
+	CHECK_EQ(out[2], 78);
+	o->destroy(st);
+	free(meta);
+}
+
+/*
  * auto must not lock itself out of MRU: a tier that first sees a few
  * pages reused at once (a mean reuse interval of 4 references) and then
  * a cyclic scan larger than itself. Judged by that early interval, every
@@ -1059,6 +1093,7 @@ int main(int argc, char **argv)
 	test_kvscan_prefetch();
 	test_kvscan_zipf();
 	test_auto_hand();
+	test_auto_decides_in_time();
 	test_auto_no_lockout();
 	test_auto_goals();
 

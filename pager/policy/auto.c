@@ -35,9 +35,11 @@
  * params: "mode=N": 0 decides (the default), 1 always MRU, 2 always LRU;
  * "sample=N": the sampling divisor, a power of two (default: what leaves
  * the shadows about 1024 frames). Per page 32 bytes (a list node, the tick
- * of its last reference, whose top bit says it was the insert); the shadows 2 x (capacity / sample) x 24 bytes.
- * Events are O(1) plus a hash lookup for sampled keys; victims() walks
- * from the ends of one list, past pinned pages.
+ * of its last reference, whose top bit says it was the insert); the
+ * shadows 2 x (capacity / sample) x 24 bytes, and 2 KiB of sampled keys
+ * waiting for them. Events are O(1); the sampled keys go through the
+ * shadows in runs of up to 256, before victims() ranks (duel()); victims()
+ * walks from the ends of one list, past pinned pages.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -49,6 +51,7 @@
 #define AU_PSEL_MAX	1024	/* the counter's range: 0 .. AU_PSEL_MAX */
 #define AU_MARGIN	64	/* hysteresis around the middle */
 #define AU_SHADOW	1024	/* shadow frames aimed at */
+#define AU_PEND		256	/* sampled keys kept for the shadows' next run */
 
 struct au_meta {
 	struct kvt_lnode n;		/* first = least recently referenced */
@@ -69,6 +72,8 @@ struct au {
 	unsigned psel;			/* toward 0: LRU won, toward max: MRU won */
 	int mru;			/* ranking as MRU now */
 	int mode;			/* 0 decide, 1 MRU, 2 LRU */
+	unsigned npend;			/* sampled keys not yet through the shadows */
+	uint64_t pend[AU_PEND];
 };
 
 static int au_init(void **state, const char *params, size_t capacity,
@@ -146,23 +151,45 @@ static int sampled(const struct au *s, uint64_t key)
 	return !(key & s->smask);
 }
 
-/* A reference to key: the shadows, the counter and the mode. */
+/* The sampled references kept since the last run through the shadows,
+ * in order: the counter and the mode. Only victims() reads the mode, and
+ * it runs them first, so it ranks as if each had gone through at once.
+ * A run of many warms the shadows first. */
+static void duel(struct au *s)
+{
+	if (s->npend >= AU_PEND / 4) {
+		ghost_warm(&s->shadow[0]);
+		ghost_warm(&s->shadow[1]);
+	}
+	for (unsigned i = 0; i < s->npend; i++) {
+		uint64_t key = s->pend[i];
+		int hl = shadow_ref(&s->shadow[0], s->scap, 0, key);
+		int hm = shadow_ref(&s->shadow[1], s->scap, 1, key);
+
+		if (hm && !hl && s->psel < AU_PSEL_MAX)
+			s->psel++;
+		else if (hl && !hm && s->psel > 0)
+			s->psel--;
+		if (s->psel > AU_PSEL_MAX / 2 + AU_MARGIN)
+			s->mru = 1;
+		else if (s->psel < AU_PSEL_MAX / 2 - AU_MARGIN)
+			s->mru = 0;
+	}
+	s->npend = 0;
+}
+
+/* A reference to key. The shadows see sampled keys in runs (duel()):
+ * one at a time, each waited for its ghosts' lines, cold again by the
+ * next, and on the decode's acquires, under the pager's lock, that was
+ * most of their cost (docs/benchmarks.md). */
 static void see(struct au *s, uint64_t key)
 {
 	s->tick++;
 	if (s->mode || !sampled(s, key))
 		return;
-	int hl = shadow_ref(&s->shadow[0], s->scap, 0, key);
-	int hm = shadow_ref(&s->shadow[1], s->scap, 1, key);
-
-	if (hm && !hl && s->psel < AU_PSEL_MAX)
-		s->psel++;
-	else if (hl && !hm && s->psel > 0)
-		s->psel--;
-	if (s->psel > AU_PSEL_MAX / 2 + AU_MARGIN)
-		s->mru = 1;
-	else if (s->psel < AU_PSEL_MAX / 2 - AU_MARGIN)
-		s->mru = 0;
+	s->pend[s->npend++] = key;
+	if (s->npend == AU_PEND)
+		duel(s);
 }
 
 /* A new page is the most recent, and its arrival a reference. */
@@ -218,7 +245,8 @@ static int au_take(const struct kvt_lnode *e, uint64_t *out, size_t *n,
  * Up to want unpinned keys, best first, each once. LRU: from the least
  * recent. MRU: the pages not referenced for twice the mean interval (from
  * the least recent, where they are), then from the most recent back to
- * where that stopped. Only looks.
+ * where that stopped. Only looks, but for the sampled references kept,
+ * which go through the shadows first.
  */
 static size_t au_victims(void *state, uint64_t *out, size_t want,
 			 int (*pinned)(void *arg, uint64_t key), void *arg)
@@ -227,6 +255,7 @@ static size_t au_victims(void *state, uint64_t *out, size_t want,
 	const struct kvt_lnode *e, *stop;
 	size_t n = 0;
 
+	duel(s);
 	if (!s->mru)
 		return lnode_collect(&s->rec, 0, out, want, pinned, arg);
 	/* Twice the mean (kept x 8); none while the tier has gone without a
