@@ -948,6 +948,35 @@ static void test_attn_pages_call(void)
 	fprintf(stderr, "attention: the cpu backend's attn_pages over runs of pages equals kvt_attn_page, to the bit\n");
 }
 
+/* The cpu backend's RoPE keeps the angles of the last call's positions:
+ * calls that change the rows' positions, their count or the frequencies
+ * rotate as kvt_rope does, to the bit, and so do calls that repeat them. */
+static void test_rope_call(void)
+{
+	static const uint32_t pa[3] = { 5, 6, 7 }, pb[3] = { 5, 9, 7 };
+	static const struct { const uint32_t *pos; unsigned rows, f; } seq[] = {
+		{ pa, 3, 0 }, { pa, 3, 0 }, { pb, 3, 0 }, { pb, 2, 0 }, { pb, 2, 1 }, { pa, 3, 1 },
+	};
+	const unsigned nh = 3, hd = 64, rd = 48;
+	double inv[2][32];
+	float x[3 * 3 * 64], y[3 * 3 * 64];
+	struct kvt_compute cx;
+	char why[256];
+
+	CHECK_EQ(kvt_compute_open(NULL, 1, &cx, why, sizeof(why)), 0);
+	kvt_rope_inv_freq(inv[0], rd, 10000, 1, NULL);
+	kvt_rope_inv_freq(inv[1], rd, 500000, 1, NULL);
+	for (unsigned c = 0; c < sizeof(seq) / sizeof(seq[0]); c++) {
+		for (unsigned i = 0; i < 3 * nh * hd; i++)
+			x[i] = y[i] = rndf();
+		CHECK_EQ(cx.ops->rope(cx.ctx, x, seq[c].rows, nh, hd, rd, seq[c].pos, inv[seq[c].f]), 0);
+		for (unsigned r = 0; r < seq[c].rows; r++)
+			kvt_rope(y + r * nh * hd, nh, hd, rd, seq[c].pos[r], inv[seq[c].f]);
+		CHECK(!memcmp(x, y, sizeof(x)));
+	}
+	kvt_compute_close(&cx);
+}
+
 /* A decode row on the kernels that read a page in address order (16
  * query heads at once, one or two to a KV head, head sizes 64 and 128):
  * the same floats, to the bit, as the kernels that take a KV head at a
@@ -1056,6 +1085,7 @@ static void test_attention(void)
 		cases, worst);
 	test_attention_int8(accs);
 	test_attn_pages_call();
+	test_rope_call();
 	test_attn_rowpage();
 
 	/* A row that sees nothing at all: the page lies after it. m stays

@@ -26,6 +26,13 @@ struct cpu_cx {
 	unsigned parts;			/* accumulators in the current call */
 	const float *q;			/* (rows, n_head, head_dim) of the current call */
 	const uint32_t *qpos;		/* (rows) */
+	/* RoPE's angles for the positions of the last call (cpu_rope). */
+	struct {
+		float	 *cs;		/* (cap, dim): (cos, sin) pairs a row */
+		uint32_t *pos;		/* (cap) */
+		double	 *freq;		/* (dim / 2) the inv_freq they were made with */
+		unsigned  rows, cap, dim;
+	} rope;
 };
 
 static int cpu_open(struct kvt_device *dev, unsigned n_threads, void **out, char *err,
@@ -61,6 +68,9 @@ static void cpu_close(void *ctx)
 {
 	struct cpu_cx *c = ctx;
 
+	free(c->rope.cs);
+	free(c->rope.pos);
+	free(c->rope.freq);
 	free_acc(c);
 	kvt_pool_free(c->pool);
 	free(c);
@@ -151,12 +161,62 @@ static int cpu_rmsnorm(void *ctx, float *out, const float *x, const uint32_t *id
 	return 0;
 }
 
+/*
+ * The angles of rows at pos, kept for the next call: a step's Q and K in
+ * every layer have the same positions, and the sincos of each angle (32
+ * to 64 a row, in double) cost more than the rotations. NULL where they
+ * cannot be kept (no memory): the caller works them out itself.
+ */
+static const float *rope_angles(struct cpu_cx *c, unsigned rows, unsigned dim,
+				const uint32_t *pos, const double *inv_freq)
+{
+	if (!rows || !dim)
+		return NULL;
+	if (c->rope.dim == dim && c->rope.rows == rows &&
+	    !memcmp(c->rope.pos, pos, rows * sizeof(*pos)) &&
+	    !memcmp(c->rope.freq, inv_freq, dim / 2 * sizeof(*inv_freq)))
+		return c->rope.cs;
+	if (rows > c->rope.cap || dim != c->rope.dim) {
+		float *cs = realloc(c->rope.cs, (size_t)rows * dim * sizeof(*cs));
+		uint32_t *p;
+		double *f;
+
+		if (cs)
+			c->rope.cs = cs;
+		p = realloc(c->rope.pos, rows * sizeof(*p));
+		if (p)
+			c->rope.pos = p;
+		f = realloc(c->rope.freq, (dim / 2 + 1) * sizeof(*f));
+		if (f)
+			c->rope.freq = f;
+		c->rope.rows = c->rope.cap = c->rope.dim = 0;
+		if (!cs || !p || !f)
+			return NULL;
+		c->rope.cap = rows;
+		c->rope.dim = dim;
+	}
+	for (unsigned r = 0; r < rows; r++)
+		kvt_rope_cs(c->rope.cs + (size_t)r * dim, dim, pos[r], inv_freq);
+	memcpy(c->rope.pos, pos, rows * sizeof(*pos));
+	memcpy(c->rope.freq, inv_freq, dim / 2 * sizeof(*inv_freq));
+	c->rope.rows = rows;
+	return c->rope.cs;
+}
+
 static int cpu_rope(void *ctx, float *x, unsigned rows, unsigned n_heads, unsigned head_dim,
 		    unsigned rope_dim, const uint32_t *pos, const double *inv_freq)
 {
-	for (unsigned r = 0; r < rows; r++)
-		kvt_rope(x + (size_t)r * n_heads * head_dim, n_heads, head_dim, rope_dim, pos[r],
-			 inv_freq);
+	unsigned dim = rope_dim < head_dim ? rope_dim : head_dim;
+	const float *cs = rope_angles(ctx, rows, dim, pos, inv_freq);
+
+	for (unsigned r = 0; r < rows; r++) {
+		float *xr = x + (size_t)r * n_heads * head_dim;
+
+		if (cs)
+			kvt_rope_apply(xr, n_heads, head_dim, dim, cs + (size_t)r * dim);
+		else
+			kvt_rope(xr, n_heads, head_dim, rope_dim, pos[r], inv_freq);
+	}
 	return 0;
 }
 

@@ -312,24 +312,45 @@ void kvt_rope_inv_freq(double *inv_freq, unsigned rope_dim, float theta, float f
 
 /* The angles are computed in double: at large positions a float angle
  * (pos * freq) would already be off by many ulp before cos and sin. */
-void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
-	      uint32_t pos, const double *inv_freq)
+void kvt_rope_cs(float *cs, unsigned rope_dim, uint32_t pos, const double *inv_freq)
+{
+	for (unsigned i = 0; i < rope_dim / 2; i++) {
+		double sd, cd;
+
+		sincos((double)pos * inv_freq[i], &sd, &cd);
+		cs[2 * i] = (float)cd;
+		cs[2 * i + 1] = (float)sd;
+	}
+}
+
+void kvt_rope_apply(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
+		    const float *cs)
 {
 	if (rope_dim > head_dim)
 		rope_dim = head_dim;
 	for (unsigned i = 0; i < rope_dim / 2; i++) {
-		double sd, cd;
-		float c, s;
+		const float c = cs[2 * i], s = cs[2 * i + 1];
 
-		sincos((double)pos * inv_freq[i], &sd, &cd);
-		c = (float)cd;
-		s = (float)sd;
 		for (unsigned h = 0; h < n_heads; h++) {
 			float *p = x + (size_t)h * head_dim + 2 * i, x0 = p[0], x1 = p[1];
 
 			p[0] = x0 * c - x1 * s;
 			p[1] = x0 * s + x1 * c;
 		}
+	}
+}
+
+void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
+	      uint32_t pos, const double *inv_freq)
+{
+	float cs[2 * KVT_ROPE_MAX_PAIRS];
+	unsigned rd = rope_dim < head_dim ? rope_dim : head_dim;
+
+	for (unsigned i0 = 0; i0 < rd / 2; i0 += KVT_ROPE_MAX_PAIRS) {
+		unsigned n = rd / 2 - i0 < KVT_ROPE_MAX_PAIRS ? rd / 2 - i0 : KVT_ROPE_MAX_PAIRS;
+
+		kvt_rope_cs(cs, 2 * n, pos, inv_freq + i0);
+		kvt_rope_apply(x + 2 * i0, n_heads, head_dim, 2 * n, cs);
 	}
 }
 

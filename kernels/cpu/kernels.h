@@ -128,6 +128,14 @@ void kvt_rope_inv_freq(double *inv_freq, unsigned rope_dim, float theta, float f
  * head_dim; the dims past it are left alone. */
 void kvt_rope(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
 	      uint32_t pos, const double *inv_freq);
+/* kvt_rope in two: the (cos, sin) of the rope_dim / 2 angles at pos, as
+ * floats, into cs (rope_dim), and their rotation of x, the same floats as
+ * kvt_rope's. Positions shared by many calls (every layer's Q and K)
+ * take the angles once. */
+#define KVT_ROPE_MAX_PAIRS	128	/* kvt_rope's angles at a time */
+void kvt_rope_cs(float *cs, unsigned rope_dim, uint32_t pos, const double *inv_freq);
+void kvt_rope_apply(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
+		    const float *cs);
 
 /* g (n) = silu(g) * u */
 void kvt_swiglu(float *g, const float *u, unsigned n);
