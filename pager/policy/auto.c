@@ -154,10 +154,12 @@ static int sampled(const struct au *s, uint64_t key)
 /* The sampled references kept since the last run through the shadows,
  * in order: the counter and the mode. Only victims() reads the mode, and
  * it runs them first, so it ranks as if each had gone through at once.
- * A run of many warms the shadows first. */
+ * A run of many warms the shadows first, unless they are so large (a
+ * small sample= on a large tier) that it would touch few of their lines:
+ * a reference touches a few lines of each. */
 static void duel(struct au *s)
 {
-	if (s->npend >= AU_PEND / 4) {
+	if (s->npend >= AU_PEND / 4 && ghost_lines(&s->shadow[0]) <= 8 * (size_t)s->npend) {
 		ghost_warm(&s->shadow[0]);
 		ghost_warm(&s->shadow[1]);
 	}

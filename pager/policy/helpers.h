@@ -259,10 +259,18 @@ static inline void ghost_destroy(struct kvt_ghost *g)
 	free(g->bucket);
 }
 
+/* The cache lines a ghost's memory spans. */
+static inline size_t ghost_lines(const struct kvt_ghost *g)
+{
+	return ((GHOST_LISTS + (size_t)g->cap) * sizeof(*g->node) +
+		((size_t)g->mask + 1) * sizeof(*g->bucket)) / 64 + 2;
+}
+
 /* Ask for the whole ghost in the caches ahead of a run of look-ups:
  * between runs it is cold (the decode streams the KV through the caches),
  * and asked for at once its lines come in together, where each look-up
- * alone waits for its chain, one line after another. */
+ * alone waits for its chain, one line after another. Worth it where the
+ * run would touch a good share of them (ghost_lines()). */
 static inline void ghost_warm(const struct kvt_ghost *g)
 {
 	const char *n = (const char *)g->node, *b = (const char *)g->bucket;
