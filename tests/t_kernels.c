@@ -30,6 +30,7 @@
  * weight bytes against a plain read of the same bytes, sgemm GFLOP/s,
  * decode attention. KVT_TEST_SCALE shrinks them (sanitizer builds).
  */
+#define _GNU_SOURCE	/* sincos */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -948,33 +949,71 @@ static void test_attn_pages_call(void)
 	fprintf(stderr, "attention: the cpu backend's attn_pages over runs of pages equals kvt_attn_page, to the bit\n");
 }
 
+/* RoPE as it was written before its angles were split out: each angle's
+ * sincos in double, then the rotation. kvt_rope and the backend must give
+ * these floats. */
+static void rope_ref(float *x, unsigned n_heads, unsigned head_dim, unsigned rope_dim,
+		     uint32_t pos, const double *inv_freq)
+{
+	if (rope_dim > head_dim)
+		rope_dim = head_dim;
+	for (unsigned i = 0; i < rope_dim / 2; i++) {
+		double sd, cd;
+
+		sincos((double)pos * inv_freq[i], &sd, &cd);
+		const float c = (float)cd, s = (float)sd;
+		for (unsigned h = 0; h < n_heads; h++) {
+			float *p = x + (size_t)h * head_dim + 2 * i, x0 = p[0], x1 = p[1];
+
+			p[0] = x0 * c - x1 * s;
+			p[1] = x0 * s + x1 * c;
+		}
+	}
+}
+
 /* The cpu backend's RoPE keeps the angles of the last call's positions:
- * calls that change the rows' positions, their count or the frequencies
- * rotate as kvt_rope does, to the bit, and so do calls that repeat them. */
+ * calls that change the rows' positions, their count (up and down, and up
+ * again to rows whose angles were made with other frequencies), the
+ * frequencies or the dims rotate as the reference does, to the bit, and so
+ * do calls that repeat them; so does kvt_rope, over heads of more pairs
+ * than it takes at a time, and with rope_dim past head_dim. */
 static void test_rope_call(void)
 {
-	static const uint32_t pa[3] = { 5, 6, 7 }, pb[3] = { 5, 9, 7 };
-	static const struct { const uint32_t *pos; unsigned rows, f; } seq[] = {
-		{ pa, 3, 0 }, { pa, 3, 0 }, { pb, 3, 0 }, { pb, 2, 0 }, { pb, 2, 1 }, { pa, 3, 1 },
+	static const uint32_t pa[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
+	static const uint32_t pb[8] = { 5, 9, 7, 8, 100000, 10, 11, 4097 };
+	static const struct { const uint32_t *pos; unsigned rows, f, hd, rd; } seq[] = {
+		{ pa, 3, 0, 64, 48 }, { pa, 3, 0, 64, 48 }, { pb, 3, 0, 64, 48 }, { pb, 2, 0, 64, 48 },
+		{ pb, 2, 1, 64, 48 }, { pa, 3, 1, 64, 48 }, { pb, 8, 1, 64, 48 }, { pb, 8, 1, 64, 64 },
+		{ pa, 5, 1, 64, 64 }, { pa, 5, 1, 32, 64 }, { pb, 8, 0, 512, 512 },
+		{ pb, 8, 0, 512, 512 }, { pa, 1, 0, 64, 64 },
+		{ pa, 3, 0, 64, 48 }, { pa, 2, 1, 64, 48 }, { pa, 3, 1, 64, 48 },
 	};
-	const unsigned nh = 3, hd = 64, rd = 48;
-	double inv[2][32];
-	float x[3 * 3 * 64], y[3 * 3 * 64];
+	const unsigned nh = 3;
+	double inv[2][256];
+	float *x = xmalloc(8 * nh * 512 * 4), *y = xmalloc(8 * nh * 512 * 4);
+	float *z = xmalloc(8 * nh * 512 * 4);
 	struct kvt_compute cx;
 	char why[256];
 
 	CHECK_EQ(kvt_compute_open(NULL, 1, &cx, why, sizeof(why)), 0);
-	kvt_rope_inv_freq(inv[0], rd, 10000, 1, NULL);
-	kvt_rope_inv_freq(inv[1], rd, 500000, 1, NULL);
 	for (unsigned c = 0; c < sizeof(seq) / sizeof(seq[0]); c++) {
-		for (unsigned i = 0; i < 3 * nh * hd; i++)
-			x[i] = y[i] = rndf();
-		CHECK_EQ(cx.ops->rope(cx.ctx, x, seq[c].rows, nh, hd, rd, seq[c].pos, inv[seq[c].f]), 0);
-		for (unsigned r = 0; r < seq[c].rows; r++)
-			kvt_rope(y + r * nh * hd, nh, hd, rd, seq[c].pos[r], inv[seq[c].f]);
-		CHECK(!memcmp(x, y, sizeof(x)));
+		const unsigned hd = seq[c].hd, rd = seq[c].rd, n = seq[c].rows * nh * hd;
+
+		kvt_rope_inv_freq(inv[0], rd, 10000, 1, NULL);
+		kvt_rope_inv_freq(inv[1], rd, 500000, 1, NULL);
+		for (unsigned i = 0; i < n; i++)
+			x[i] = y[i] = z[i] = rndf();
+		CHECK_EQ(cx.ops->rope(cx.ctx, x, seq[c].rows, nh, hd, rd, seq[c].pos,
+				      inv[seq[c].f]), 0);
+		for (unsigned r = 0; r < seq[c].rows; r++) {
+			rope_ref(y + r * nh * hd, nh, hd, rd, seq[c].pos[r], inv[seq[c].f]);
+			kvt_rope(z + r * nh * hd, nh, hd, rd, seq[c].pos[r], inv[seq[c].f]);
+		}
+		CHECK(!memcmp(x, y, n * sizeof(float)));
+		CHECK(!memcmp(z, y, n * sizeof(float)));
 	}
 	kvt_compute_close(&cx);
+	free(x); free(y); free(z);
 }
 
 /* A decode row on the kernels that read a page in address order (16
