@@ -259,11 +259,21 @@ static inline void ghost_destroy(struct kvt_ghost *g)
 	free(g->bucket);
 }
 
+/* The bytes of a ghost's nodes (sentinels and pool) and of its buckets. */
+static inline size_t ghost_node_bytes(const struct kvt_ghost *g)
+{
+	return (GHOST_LISTS + (size_t)g->cap) * sizeof(*g->node);
+}
+
+static inline size_t ghost_bucket_bytes(const struct kvt_ghost *g)
+{
+	return ((size_t)g->mask + 1) * sizeof(*g->bucket);
+}
+
 /* The cache lines a ghost's memory spans. */
 static inline size_t ghost_lines(const struct kvt_ghost *g)
 {
-	return ((GHOST_LISTS + (size_t)g->cap) * sizeof(*g->node) +
-		((size_t)g->mask + 1) * sizeof(*g->bucket)) / 64 + 2;
+	return (ghost_node_bytes(g) + ghost_bucket_bytes(g)) / 64 + 2;
 }
 
 /* Ask for the whole ghost in the caches ahead of a run of look-ups:
@@ -274,12 +284,10 @@ static inline size_t ghost_lines(const struct kvt_ghost *g)
 static inline void ghost_warm(const struct kvt_ghost *g)
 {
 	const char *n = (const char *)g->node, *b = (const char *)g->bucket;
-	size_t nb = (GHOST_LISTS + (size_t)g->cap) * sizeof(*g->node);
-	size_t bb = ((size_t)g->mask + 1) * sizeof(*g->bucket);
 
-	for (size_t o = 0; o < nb; o += 64)
+	for (size_t o = 0, nb = ghost_node_bytes(g); o < nb; o += 64)
 		__builtin_prefetch(n + o);
-	for (size_t o = 0; o < bb; o += 64)
+	for (size_t o = 0, bb = ghost_bucket_bytes(g); o < bb; o += 64)
 		__builtin_prefetch(b + o);
 }
 
