@@ -28,7 +28,8 @@
  *
  * Then speed lines, printed and not checked: pool overhead, matvec GB/s of
  * weight bytes against a plain read of the same bytes, sgemm GFLOP/s,
- * decode attention. KVT_TEST_SCALE shrinks them (sanitizer builds).
+ * decode attention, RoPE with and without its angles kept. KVT_TEST_SCALE
+ * shrinks them (sanitizer builds).
  */
 #define _GNU_SOURCE	/* sincos */
 #include <errno.h>
@@ -1211,6 +1212,47 @@ static double best_of(int reps, struct kvt_pool *p, float *y, const float *x, un
 	return best;
 }
 
+/* RoPE on a decode layer's Q and K (16 and 8 heads of 64, one row, a new
+ * position every 8 layers): kvt_rope, which takes each angle's sincos,
+ * against the cpu backend's rope, which keeps the angles of the last
+ * positions; microseconds a layer, best of three runs of each. */
+static void bench_rope(void)
+{
+	const int n = t_scale(20000);
+	static float q[16 * 64], k[8 * 64];
+	double inv[32], best[2] = { 1e9, 1e9 };
+	struct kvt_compute cx;
+	char why[256];
+
+	CHECK_EQ(kvt_compute_open(NULL, 1, &cx, why, sizeof(why)), 0);
+	kvt_rope_inv_freq(inv, 64, 10000, 1, NULL);
+	for (unsigned i = 0; i < 16 * 64; i++)
+		q[i] = k[i / 2] = rndf();
+	for (int rep = 0; rep < 3; rep++) {
+		double t0 = now(), t1, t2;
+
+		for (int l = 0; l < n; l++) {
+			uint32_t pos = 4096 + l / 8;
+
+			kvt_rope(q, 16, 64, 64, pos, inv);
+			kvt_rope(k, 8, 64, 64, pos, inv);
+		}
+		t1 = now();
+		for (int l = 0; l < n; l++) {
+			uint32_t pos = 4096 + l / 8;
+
+			CHECK_EQ(cx.ops->rope(cx.ctx, q, 1, 16, 64, 64, &pos, inv), 0);
+			CHECK_EQ(cx.ops->rope(cx.ctx, k, 1, 8, 64, 64, &pos, inv), 0);
+		}
+		t2 = now();
+		best[0] = fmin(best[0], (t1 - t0) / n * 1e6);
+		best[1] = fmin(best[1], (t2 - t1) / n * 1e6);
+	}
+	fprintf(stderr, "speed: rope, a layer's Q and K (16 and 8 heads of 64): kvt_rope %.2f us, "
+		"the backend's (angles kept) %.2f us: %.2f\n", best[0], best[1], best[1] / best[0]);
+	kvt_compute_close(&cx);
+}
+
 /* Decode attention, one thread, one row, f16, f32, q8_0 and q4_0 KV: 32 heads over 8
  * KV heads of 128 with 64-token pages (GQA, four queries a KV head), and
  * 8 heads of 64 with 16-token pages (MHA, one query a KV head). */
@@ -1341,6 +1383,7 @@ static void bench(void)
 	free(x);
 	free(y);
 	bench_attn();
+	bench_rope();
 }
 
 int main(void)
