@@ -2882,12 +2882,13 @@ struct rowpage {
 };
 
 AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsigned HV,
-				const int f16)
+				const int f16, const unsigned KV)
 {
-	const unsigned hd = 16 * HV, KV = (rp->nh + G - 1) / G, DW = HV < 4 ? HV : 4;
+	const unsigned hd = 16 * HV, DW = HV < 4 ? HV : 4;
 	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
-	const unsigned T = rp->T, pk = (rp->pfn / 2 + KV * T - 1) / (KV * T);
-	const unsigned pv = (rp->pfn - rp->pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
+	const unsigned T = rp->T, pfn = rp->pfn, pk = (pfn / 2 + KV * T - 1) / (KV * T);
+	const unsigned pv = (pfn - pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
+	const char *const pf = rp->pf;
 	__m512 M = _mm512_maskz_loadu_ps(live, rp->m), L = _mm512_maskz_loadu_ps(live, rp->l);
 	__m512 PL = _mm512_setzero_ps();
 	float P[16][16] __attribute__((aligned(64))), cq[16] __attribute__((aligned(64)));
@@ -2902,11 +2903,14 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 			const void *kr = kv_at(rp->k, (t0 + t) * rp->kvst, f16);
 			__m512 a[16];
 
+#pragma GCC unroll 16
 			for (unsigned i = 0; i < 16; i++)
 				a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
 			for (unsigned g = 0; g < KV; g++) {
-				for (unsigned i = 0; i < pk && pfi < rp->pfn; i++, pfi++)
-					_mm_prefetch(rp->pf + 64 * (size_t)pfi, _MM_HINT_T0);
+				for (unsigned i = 0; i < pk && pfi < pfn; i++, pfi++)
+					_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
+#pragma GCC unroll 8
 				for (unsigned d = 0; d < HV; d++) {
 					__m512 x = kv_load16(kv_at(kr, g * hd + 16 * d, f16), f16);
 
@@ -2951,8 +2955,8 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 					const void *vr = kv_at(rp->v, (t0 + t) * rp->kvst + g * hd + d, f16);
 					__m512 x[4];
 
-					for (unsigned i = 0; i < pv && pfi < rp->pfn; i++, pfi++)
-						_mm_prefetch(rp->pf + 64 * (size_t)pfi, _MM_HINT_T0);
+					for (unsigned i = 0; i < pv && pfi < pfn; i++, pfi++)
+						_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
 					for (unsigned i = 0; i < DW; i++)
 						x[i] = kv_load16(kv_at(vr, 16 * i, f16), f16);
 					for (unsigned j = 0; j < G; j++) {
@@ -2975,13 +2979,19 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 	}
 }
 
+/* A full chunk of sixteen heads with its KV heads known when compiled, so
+ * the K loop unrolls and the sixteen sums stay in registers (through memory
+ * they made the kernel a third slower); a short chunk counts them at run
+ * time. */
 #define DEF_ROWPAGE(G, HV, name)							\
 AVX512 static void name(struct rowpage *rp, int f16)					\
 {											\
-	if (f16)									\
-		rowpage_body(rp, G, HV, 1);						\
+	if (rp->nh == 16 && f16)							\
+		rowpage_body(rp, G, HV, 1, 16 / G);					\
+	else if (rp->nh == 16)								\
+		rowpage_body(rp, G, HV, 0, 16 / G);					\
 	else										\
-		rowpage_body(rp, G, HV, 0);						\
+		rowpage_body(rp, G, HV, f16, (rp->nh + G - 1) / G);			\
 }
 DEF_ROWPAGE(1, 4, rowpage1_64)
 DEF_ROWPAGE(2, 4, rowpage2_64)
