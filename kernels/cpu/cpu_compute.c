@@ -109,10 +109,16 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 		snprintf(buf + n, len - n, " (OPENBLAS_CORETYPE, over its own choice of %s)", was);
 }
 
+/* On a cache line: past malloc's mmap threshold a buffer starts 16 bytes
+ * into one, and every vector load of a row spans two lines (decode
+ * attention from L2 took a quarter longer so, docs/benchmarks.md). */
 static int cpu_alloc(void *ctx, size_t bytes, void **out)
 {
-	*out = malloc(bytes ? bytes : 1);
-	return *out ? 0 : -ENOMEM;
+	if (posix_memalign(out, 64, bytes ? bytes : 1)) {
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static void cpu_free(void *ctx, void *p, size_t bytes)
