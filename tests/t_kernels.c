@@ -1018,21 +1018,22 @@ static void test_rope_call(void)
 }
 
 /* A decode row on the kernels that read a page in address order (16
- * query heads at once, one or two to a KV head, head sizes 64 and 128):
- * the same floats, to the bit, as the kernels that take a KV head at a
- * time, reached by folding the same query as two rows. Pages of 16
- * tokens, the last one short, told of the next one or not; twelve, 16
- * and 32 query heads (32: two chunks). Against the reference too, and
- * the pages' partials (pm, pl) as well. */
+ * query heads at once, one, two, four or eight to a KV head, head sizes
+ * 64 and 128): the same floats, to the bit, as the kernels that take a KV
+ * head at a time, reached by folding the same query as two rows. Pages of
+ * 16 tokens, the last one short, told of the next one or not; eight,
+ * twelve, 16 and 32 query heads (32: two chunks; 8 and 12: a short one).
+ * Against the reference too, and the pages' partials (pm, pl) as well. */
 static void test_attn_rowpage(void)
 {
-	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 } };
+	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 },
+					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 } };
 	unsigned cases = 0;
 
-	for (unsigned c = 0; c < 40; c++) {
+	for (unsigned c = 0; c < 80; c++) {
 		const int kv_type = c & 1 ? KVT_KV_F32 : KVT_KV_F16;
-		const unsigned n_head = geo[c / 2 % 5][0], n_kv = geo[c / 2 % 5][1];
-		const unsigned hd = c / 10 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
+		const unsigned n_head = geo[c / 2 % 10][0], n_kv = geo[c / 2 % 10][1];
+		const unsigned hd = c / 20 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
 		const unsigned n_ctx = (n_pages - 1) * pt + 1 + rndn(pt), nh = n_head * hd;
 		const size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 		struct kvt_attn_shape s1 = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };

@@ -2859,14 +2859,15 @@ DEF_FUSED(2, 4, fused4x2_avx512)
  * above take a KV head at a time, each with its own group, softmax state
  * and reductions; with one or two query heads to a KV head that per-head
  * work, not the products, held them. These take sixteen query heads at
- * once (G = 1 or 2 to a KV head, 16 / G KV heads): each K row's heads in
- * turn, the sixteen dot products reduced into one vector (lane h: head
- * h's score), the online softmax on all sixteen lanes at once, then P V
- * a KV head at a time over the block from L1. From the caches that is
- * up to 1.8 times faster; from memory both wait on the next page's
- * prefetches, in address order or not (docs/benchmarks.md, "Decode
- * attention in address order"). The sums are those of the fused
- * kernels, in the same order, so the floats are the same.
+ * once (G = 1, 2, 4 or 8 to a KV head, 16 / G KV heads): each K row's
+ * heads in turn, the sixteen dot products reduced into one vector (lane
+ * h: head h's score), the online softmax on all sixteen lanes at once,
+ * then P V a KV head at a time over the block from L1. From the caches
+ * that is up to 1.8 times faster with one or two queries to a KV head
+ * ("Decode attention in address order" in docs/benchmarks.md), and 1.2
+ * to 1.3 times with four or eight since the sums stay in registers
+ * ("Decode attention's sums in registers"). The sums are those of the
+ * fused kernels, in the same order, so the floats are the same.
  */
 struct rowpage {
 	const float	*q;		/* the chunk's query heads, hd apart */
@@ -2884,7 +2885,7 @@ struct rowpage {
 AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsigned HV,
 				const int f16, const unsigned KV)
 {
-	const unsigned hd = 16 * HV, DW = HV < 4 ? HV : 4;
+	const unsigned hd = 16 * HV, DW = G > 4 ? 2 : HV < 4 ? HV : 4;
 	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
 	const unsigned T = rp->T, pfn = rp->pfn, pk = (pfn / 2 + KV * T - 1) / (KV * T);
 	const unsigned pv = (pfn - pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
@@ -2941,11 +2942,12 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 		M = mn;
 		_mm512_store_ps(cq, c);
 		/* o = o c + P V, a KV head's G queries and DW vectors of dims
-		 * at a time in registers */
+		 * at a time in registers (eight queries: two vectors, sixteen
+		 * sums) */
 		for (unsigned g = 0; g < KV; g++)
 			for (unsigned d = 0; d < hd; d += 16 * DW) {
 				float *o = rp->o + g * G * hd + d;
-				__m512 acc[2][4];
+				__m512 acc[8][4];
 
 				for (unsigned j = 0; j < G; j++)
 					for (unsigned i = 0; i < DW; i++)
@@ -2997,20 +2999,24 @@ DEF_ROWPAGE(1, 4, rowpage1_64)
 DEF_ROWPAGE(2, 4, rowpage2_64)
 DEF_ROWPAGE(1, 8, rowpage1_128)
 DEF_ROWPAGE(2, 8, rowpage2_128)
+DEF_ROWPAGE(4, 4, rowpage4_64)
+DEF_ROWPAGE(4, 8, rowpage4_128)
+DEF_ROWPAGE(8, 4, rowpage8_64)
+DEF_ROWPAGE(8, 8, rowpage8_128)
 
 /* The kernel for a decode row of shape sh, or NULL. */
 static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
 {
 	unsigned G = sh->n_head / sh->n_kv_heads;
 
-	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2) ||
+	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2 && G != 4 && G != 8) ||
 	    (sh->kv_type != KVT_KV_F16 && sh->kv_type != KVT_KV_F32) ||
 	    (sh->n_head > 16 && sh->n_head % 16))
 		return NULL;
 	if (sh->head_dim == 64)
-		return G == 1 ? rowpage1_64 : rowpage2_64;
+		return G == 1 ? rowpage1_64 : G == 2 ? rowpage2_64 : G == 4 ? rowpage4_64 : rowpage8_64;
 	if (sh->head_dim == 128)
-		return G == 1 ? rowpage1_128 : rowpage2_128;
+		return G == 1 ? rowpage1_128 : G == 2 ? rowpage2_128 : G == 4 ? rowpage4_128 : rowpage8_128;
 	return NULL;
 }
 
