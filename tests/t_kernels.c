@@ -1027,13 +1027,13 @@ static void test_rope_call(void)
 static void test_attn_rowpage(void)
 {
 	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 },
-					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 } };
+					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 }, { 8, 1 } };
 	unsigned cases = 0;
 
-	for (unsigned c = 0; c < 80; c++) {
+	for (unsigned c = 0; c < 88; c++) {
 		const int kv_type = c & 1 ? KVT_KV_F32 : KVT_KV_F16;
-		const unsigned n_head = geo[c / 2 % 10][0], n_kv = geo[c / 2 % 10][1];
-		const unsigned hd = c / 20 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
+		const unsigned n_head = geo[c / 2 % 11][0], n_kv = geo[c / 2 % 11][1];
+		const unsigned hd = c / 22 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
 		const unsigned n_ctx = (n_pages - 1) * pt + 1 + rndn(pt), nh = n_head * hd;
 		const size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 		struct kvt_attn_shape s1 = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
@@ -1310,7 +1310,6 @@ static void bench_attn(void)
 				}
 			}
 			CHECK_EQ(kvt_attn_acc_init(&a, &sh), 0);
-			/* quantized K: f32 queries, then rounded to q8_0 */
 			/* int8: quantized K with queries rounded to q8_0; off:
 			 * the queries 16 bytes into a line */
 			const int off = si == 2 && kv_type == KVT_KV_F16;
