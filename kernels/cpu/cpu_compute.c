@@ -111,7 +111,7 @@ static void cpu_describe(void *ctx, char *buf, size_t len)
 
 /* On a cache line: past malloc's mmap threshold a buffer starts 16 bytes
  * into one, and every vector load of a row spans two lines (decode
- * attention from L2 took a quarter longer so, docs/benchmarks.md). */
+ * attention took about 15 per cent longer so, docs/benchmarks.md). */
 static int cpu_alloc(void *ctx, size_t bytes, void **out)
 {
 	if (posix_memalign(out, 64, bytes ? bytes : 1)) {
