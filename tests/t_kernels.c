@@ -704,18 +704,33 @@ static double attn_err(const struct kvt_attn_shape *sh, const float *out, const 
 	return worst;
 }
 
-/* n random values into each of k and v, f16 or f32. */
+/* n random values of magnitude about 1 at p in KV type kv_type (q8_0,
+ * q4_0: n whole blocks). */
+static void fill_rnd(int kv_type, void *p, size_t n)
+{
+	float row[1024];
+
+	for (size_t i = 0; i < n; i += 1024) {
+		const unsigned m = n - i < 1024 ? (unsigned)(n - i) : 1024;
+
+		for (unsigned j = 0; j < m; j++)
+			row[j] = rndf();
+		if (kvt_kv_block(kv_type))
+			kvt_quantize((uint32_t)kvt_kv_block(kv_type),
+				     (uint8_t *)p + kvt_kv_bytes(kv_type, i), row, m);
+		else if (kv_type == KVT_KV_F16)
+			for (unsigned j = 0; j < m; j++)
+				((uint16_t *)p)[i + j] = ref_f2h(row[j]);
+		else
+			memcpy((float *)p + i, row, m * sizeof(float));
+	}
+}
+
+/* n random values into each of k and v. */
 static void fill_kv(int kv_type, void *k, void *v, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (kv_type == KVT_KV_F16) {
-			((uint16_t *)k)[i] = ref_f2h(rndf());
-			((uint16_t *)v)[i] = ref_f2h(rndf());
-		} else {
-			((float *)k)[i] = rndf();
-			((float *)v)[i] = rndf();
-		}
-	}
+	fill_rnd(kv_type, k, n);
+	fill_rnd(kv_type, v, n);
 }
 
 /* Accumulators kept from case to case, and the rows each was made for. */
@@ -740,18 +755,7 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 	unsigned n_acc = 1 + rndn(3), page = 1 + rndn(64);
 	float qscale = rnd32() & 1 ? 1.0f : 4.0f;	/* flat or peaked softmax */
 
-	for (size_t i = 0; kvt_kv_block(kv_type) && i < n_ctx; i++) {
-		float row[1024];
-
-		for (unsigned j = 0; j < n_kv * hd; j++)
-			row[j] = rndf();
-		kvt_quantize((uint32_t)kvt_kv_block(kv_type), k + i * tok, row, n_kv * hd);
-		for (unsigned j = 0; j < n_kv * hd; j++)
-			row[j] = rndf();
-		kvt_quantize((uint32_t)kvt_kv_block(kv_type), v + i * tok, row, n_kv * hd);
-	}
-	if (!kvt_kv_block(kv_type))
-		fill_kv(kv_type, k, v, (size_t)n_ctx * n_kv * hd);
+	fill_kv(kv_type, k, v, (size_t)n_ctx * n_kv * hd);
 	for (size_t i = 0; i < (size_t)rows * n_head * hd; i++)
 		q[i] = rndf() * qscale;
 	/* Rows: the last `rows` positions (prefill of a chunk), except that
@@ -1020,37 +1024,54 @@ static void test_rope_call(void)
 /* A decode row on the kernels that read a page in address order (16
  * query heads at once, one, two, four or eight to a KV head, head sizes
  * 64 and 128): the same floats, to the bit, as the kernels that take a KV
- * head at a time, reached by folding the same query as two rows. Pages of
- * 16 tokens, the last one short, told of the next one or not; eight,
- * twelve, 16 and 32 query heads (32: two chunks; 8 and 12: a short one).
- * Against the reference too, and the pages' partials (pm, pl) as well. */
+ * head at a time, reached by folding the same query as two rows; for q8_0
+ * and q4_0 KV, as the row over f32 KV holding the same values (f32 and
+ * the per-head kernels: above). Pages of 16 tokens, the last one short,
+ * told of the next one or not; eight, twelve, 16 and 32 query heads (32:
+ * two chunks; 8 and 12: a short one, which q8_0 and q4_0 leave to the
+ * per-head kernels). Against the reference too, and the pages' partials
+ * (pm, pl) as well. */
 static void test_attn_rowpage(void)
 {
 	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 },
 					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 }, { 8, 1 } };
 	unsigned cases = 0;
 
-	for (unsigned c = 0; c < 88; c++) {
-		const int kv_type = c & 1 ? KVT_KV_F32 : KVT_KV_F16;
-		const unsigned n_head = geo[c / 2 % 11][0], n_kv = geo[c / 2 % 11][1];
-		const unsigned hd = c / 22 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
+	for (unsigned c = 0; c < 176; c++) {
+		const int kv_type = (int)(c % 4);	/* f16, f32, q8_0, q4_0 */
+		const unsigned n_head = geo[c / 4 % 11][0], n_kv = geo[c / 4 % 11][1];
+		const unsigned hd = c / 44 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
 		const unsigned n_ctx = (n_pages - 1) * pt + 1 + rndn(pt), nh = n_head * hd;
-		const size_t tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
+		const size_t n = (size_t)n_ctx * n_kv * hd, tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
+		const int blk = kvt_kv_block(kv_type) != 0;
+		const int exact = !blk || n_head % 16 == 0;	/* else per-head q8_0 kernels */
 		struct kvt_attn_shape s1 = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
 		struct kvt_attn_shape s2 = s1;
 		struct kvt_attn_acc a1, a2;
-		uint8_t *k = xmalloc(n_ctx * tok), *v = xmalloc(n_ctx * tok);
+		uint8_t *k = xmalloc(n_ctx * tok), *v = xmalloc(n_ctx * tok), *k2 = k, *v2 = v;
 		float *q = xmalloc(2 * (size_t)nh * 4), *o1 = xmalloc((size_t)nh * 4);
 		float *o2 = xmalloc(2 * (size_t)nh * 4), *pm = xmalloc(4 * (size_t)n_head * 4);
 		float *pl = pm + n_head, *pm2 = pl + n_head, *pl2 = xmalloc(2 * (size_t)n_head * 4);
 		double *ref = xmalloc((size_t)nh * sizeof(double));
 		uint32_t qpos[2] = { n_ctx - 1, n_ctx - 1 };
-		float qs = c & 2 ? 4.0f : 1.0f;
+		float qs = c / 88 ? 4.0f : 1.0f;
+		size_t tok2 = tok;
 
-		fill_kv(kv_type, k, v, (size_t)n_ctx * n_kv * hd);
+		fill_kv(kv_type, k, v, n);
 		for (unsigned i = 0; i < nh; i++)
 			q[i] = q[nh + i] = rndf() * qs;
-		s2.rows = 2;
+		if (blk) {
+			k2 = xmalloc(n * 4);
+			v2 = xmalloc(n * 4);
+			for (size_t i = 0; i < n; i++) {
+				((float *)k2)[i] = (float)ref_kv(k, kv_type, i);
+				((float *)v2)[i] = (float)ref_kv(v, kv_type, i);
+			}
+			s2.kv_type = KVT_KV_F32;
+			tok2 = (size_t)n_kv * hd * 4;
+		} else {
+			s2.rows = 2;
+		}
 		CHECK_EQ(kvt_attn_acc_init(&a1, &s1), 0);
 		CHECK_EQ(kvt_attn_acc_init(&a2, &s2), 0);
 		for (unsigned p = 0; p < n_pages; p++) {
@@ -1060,24 +1081,29 @@ static void test_attn_rowpage(void)
 
 			CHECK_EQ(kvt_attn_page_ahead(&a1, q, qpos, k + t0 * tok, v + t0 * tok, nt, t0,
 						     pm, pl, next, nb), 0);
-			CHECK_EQ(kvt_attn_page_ahead(&a2, q, qpos, k + t0 * tok, v + t0 * tok, nt, t0,
-						     pm2, pl2, NULL, 0), 0);
-			for (unsigned r = 0; r < 2; r++)
+			CHECK_EQ(kvt_attn_page_ahead(&a2, q, qpos, k2 + t0 * tok2, v2 + t0 * tok2, nt,
+						     t0, pm2, pl2, NULL, 0), 0);
+			for (unsigned r = 0; exact && r < s2.rows; r++)
 				CHECK(!memcmp(pm, pm2 + r * n_head, n_head * 4) &&
 				      !memcmp(pl, pl2 + r * n_head, n_head * 4));
 		}
 		kvt_attn_finish(&a1, o1);
 		kvt_attn_finish(&a2, o2);
-		CHECK(!memcmp(o1, o2, (size_t)nh * 4) && !memcmp(o1, o2 + nh, (size_t)nh * 4));
+		for (unsigned r = 0; exact && r < s2.rows; r++)
+			CHECK(!memcmp(o1, o2 + r * nh, (size_t)nh * 4));
+		cases += exact;
 		ref_attn(&s1, ref, q, qpos, k, v, n_ctx);
 		CHECK(attn_err(&s1, o1, ref) <= 1e-5);
 		kvt_attn_acc_free(&a1);
 		kvt_attn_acc_free(&a2);
+		if (blk) {
+			free(k2);
+			free(v2);
+		}
 		free(k); free(v); free(q); free(o1); free(o2); free(pm); free(pl2); free(ref);
-		cases++;
 	}
-	fprintf(stderr, "attention: a decode row read in address order equals the per-head kernels, "
-		"to the bit: %u cases\n", cases);
+	fprintf(stderr, "attention: a decode row read in address order equals the per-head kernels "
+		"(f16, f32) or f32 KV of the same values (q8_0, q4_0), to the bit: %u cases\n", cases);
 }
 
 static void test_attention(void)

@@ -2865,6 +2865,48 @@ DEF_FUSED(1, 2, fused2_avx512)
 DEF_FUSED(1, 4, fused4_avx512)
 DEF_FUSED(2, 4, fused4x2_avx512)
 
+/* The 32 values of the q8_0 or q4_0 block at b, in two vectors: d q or
+ * d (q - 8), exact in f32. */
+AVX512_INLINE void kvq_block(const uint8_t *b, int type, __m512 *x0, __m512 *x1)
+{
+	uint16_t h;
+
+	memcpy(&h, b, sizeof(h));
+	const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+	const __m128i lo = _mm_loadu_si128((const __m128i *)(b + 2));
+
+	if (type == KVT_KV_Q8_0) {
+		const __m128i hi = _mm_loadu_si128((const __m128i *)(b + 18));
+
+		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+	} else {
+		/* Value j in the low nibble of byte j, j + 16 in its high one:
+		 * the sixteen d (q - 8) looked up, VPERMPS taking the low four
+		 * bits of each byte widened (shifted down for the high). */
+		const __m512 tab = _mm512_mul_ps(d, _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,
+								    0, 1, 2, 3, 4, 5, 6, 7));
+		const __m512i q = _mm512_cvtepu8_epi32(lo);
+
+		*x0 = _mm512_permutexvar_ps(q, tab);
+		*x1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
+	}
+}
+
+/* 32 values of KV type type from value i of p (for q8_0 and q4_0 a
+ * block's start), in two vectors. */
+AVX512_INLINE void kv_load32(const void *p, size_t i, int type, __m512 *x0, __m512 *x1)
+{
+	const uint8_t *b = (const uint8_t *)p + kvt_kv_bytes(type, i);
+
+	if (kvt_kv_block(type)) {
+		kvq_block(b, type, x0, x1);
+	} else {
+		*x0 = kv_load16(b, type == KVT_KV_F16);
+		*x1 = kv_load16(b + kvt_kv_bytes(type, 16), type == KVT_KV_F16);
+	}
+}
+
 /*
  * One query row (decode) against a page in address order. The kernels
  * above take a KV head at a time, each with its own group, softmax state
@@ -2878,7 +2920,11 @@ DEF_FUSED(2, 4, fused4x2_avx512)
  * ("Decode attention in address order" in docs/benchmarks.md), and 1.2
  * to 1.3 times with four or eight since the sums stay in registers
  * ("Decode attention's sums in registers"). The sums are those of the
- * fused kernels, in the same order, so the floats are the same.
+ * fused kernels, in the same order, so the floats are the same. q8_0 and
+ * q4_0 KV are read the same way, a block dequantized in registers where
+ * f16 converts 16 values (kv_load32), so their floats are those of f32
+ * KV holding the same values; with sixteen query heads a chunk, and with
+ * the queries kept in f32 (kvt_cpu_kv_int8 off).
  */
 struct rowpage {
 	const float	*q;		/* the chunk's query heads, hd apart */
@@ -2894,7 +2940,7 @@ struct rowpage {
 };
 
 AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsigned HV,
-				const int f16, const unsigned KV)
+				const int type, const unsigned KV)
 {
 	const unsigned hd = 16 * HV, DW = G > 4 ? 2 : HV < 4 ? HV : 4;
 	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
@@ -2912,7 +2958,7 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 
 		/* S[t] lane h: head h against token t0 + t, scaled */
 		for (unsigned t = 0; t < n; t++) {
-			const void *kr = kv_at(rp->k, (t0 + t) * rp->kvst, f16);
+			const size_t kr = (t0 + t) * rp->kvst;
 			__m512 a[16];
 
 UNROLL(16)
@@ -2922,14 +2968,17 @@ UNROLL(16)
 			for (unsigned g = 0; g < KV; g++) {
 				for (unsigned i = 0; i < pk && pfi < pfn; i++, pfi++)
 					_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
-UNROLL(8)
-				for (unsigned d = 0; d < HV; d++) {
-					__m512 x = kv_load16(kv_at(kr, g * hd + 16 * d, f16), f16);
+UNROLL(4)
+				for (unsigned d = 0; d < HV; d += 2) {
+					__m512 x[2];
 
-					for (unsigned j = 0; j < G; j++)
-						a[g * G + j] = _mm512_fmadd_ps(
-							_mm512_loadu_ps(rp->q + (g * G + j) * hd + 16 * d), x,
-							a[g * G + j]);
+					kv_load32(rp->k, kr + g * hd + 16 * d, type, &x[0], &x[1]);
+					for (unsigned e = 0; e < 2; e++)
+						for (unsigned j = 0; j < G; j++)
+							a[g * G + j] = _mm512_fmadd_ps(
+								_mm512_loadu_ps(rp->q + (g * G + j) * hd +
+										16 * (d + e)),
+								x[e], a[g * G + j]);
 				}
 			}
 			S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
@@ -2965,13 +3014,13 @@ UNROLL(8)
 						acc[j][i] = _mm512_mul_ps(_mm512_loadu_ps(o + j * hd + 16 * i),
 									  _mm512_set1_ps(cq[g * G + j]));
 				for (unsigned t = 0; t < n; t++) {
-					const void *vr = kv_at(rp->v, (t0 + t) * rp->kvst + g * hd + d, f16);
+					const size_t vr = (t0 + t) * rp->kvst + g * hd + d;
 					__m512 x[4];
 
 					for (unsigned i = 0; i < pv && pfi < pfn; i++, pfi++)
 						_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
-					for (unsigned i = 0; i < DW; i++)
-						x[i] = kv_load16(kv_at(vr, 16 * i, f16), f16);
+					for (unsigned i = 0; i < DW; i += 2)
+						kv_load32(rp->v, vr + 16 * i, type, &x[i], &x[i + 1]);
 					for (unsigned j = 0; j < G; j++) {
 						__m512 p = _mm512_set1_ps(P[t][g * G + j]);
 
@@ -2995,16 +3044,22 @@ UNROLL(8)
 /* A full chunk of sixteen heads with its KV heads known when compiled, so
  * the K loop unrolls and the sixteen sums stay in registers (through memory
  * they made the kernel a third slower); a short chunk counts them at run
- * time. */
+ * time, f16 or f32 KV only (rowpage_pick). */
 #define DEF_ROWPAGE(G, HV, name)							\
-AVX512 static void name(struct rowpage *rp, int f16)					\
+AVX512 static void name(struct rowpage *rp, int type)					\
 {											\
-	if (rp->nh == 16 && f16)							\
-		rowpage_body(rp, G, HV, 1, 16 / G);					\
-	else if (rp->nh == 16)								\
-		rowpage_body(rp, G, HV, 0, 16 / G);					\
+	if (rp->nh < 16 && type == KVT_KV_F16)						\
+		rowpage_body(rp, G, HV, KVT_KV_F16, (rp->nh + G - 1) / G);		\
+	else if (rp->nh < 16)								\
+		rowpage_body(rp, G, HV, KVT_KV_F32, (rp->nh + G - 1) / G);		\
+	else if (type == KVT_KV_F16)							\
+		rowpage_body(rp, G, HV, KVT_KV_F16, 16 / G);				\
+	else if (type == KVT_KV_F32)							\
+		rowpage_body(rp, G, HV, KVT_KV_F32, 16 / G);				\
+	else if (type == KVT_KV_Q8_0)							\
+		rowpage_body(rp, G, HV, KVT_KV_Q8_0, 16 / G);				\
 	else										\
-		rowpage_body(rp, G, HV, f16, (rp->nh + G - 1) / G);			\
+		rowpage_body(rp, G, HV, KVT_KV_Q4_0, 16 / G);				\
 }
 DEF_ROWPAGE(1, 4, rowpage1_64)
 DEF_ROWPAGE(2, 4, rowpage2_64)
@@ -3015,14 +3070,18 @@ DEF_ROWPAGE(4, 8, rowpage4_128)
 DEF_ROWPAGE(8, 4, rowpage8_64)
 DEF_ROWPAGE(8, 8, rowpage8_128)
 
-/* The kernel for a decode row of shape sh, or NULL. */
+/* The kernel for a decode row of shape sh, or NULL. q8_0 and q4_0 KV
+ * in whole chunks of sixteen heads, and not when the queries are rounded
+ * to q8_0 for K's integer products (kvt_cpu_kv_int8: the per-head
+ * kernels). */
 static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
 {
 	unsigned G = sh->n_head / sh->n_kv_heads;
 
 	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2 && G != 4 && G != 8) ||
-	    (sh->kv_type != KVT_KV_F16 && sh->kv_type != KVT_KV_F32) ||
 	    (sh->n_head > 16 && sh->n_head % 16))
+		return NULL;
+	if (kvt_kv_block(sh->kv_type) && (sh->n_head % 16 || kvt_cpu_kv_int8()))
 		return NULL;
 	if (sh->head_dim == 64)
 		return G == 1 ? rowpage1_64 : G == 2 ? rowpage2_64 : G == 4 ? rowpage4_64 : rowpage8_64;
@@ -3039,17 +3098,15 @@ static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, in
 {
 	const struct kvt_attn_shape *sh = &a->sh;
 	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads;
-	const int f16 = sh->kv_type == KVT_KV_F16;
-	const size_t es = f16 ? 2 : 4;
 
 	if (!next) {
-		size_t bytes = (size_t)ntok * sh->n_kv_heads * hd * es;
+		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)ntok * sh->n_kv_heads * hd);
 
 		kvt_cpu_prefetch(k, bytes);
 		kvt_cpu_prefetch(v, bytes);
 	}
 	for (unsigned h0 = 0; h0 < sh->n_head; h0 += 16) {
-		const size_t g0 = h0 / G * hd * es;
+		const size_t g0 = kvt_kv_bytes(sh->kv_type, (size_t)h0 / G * hd);
 		struct rowpage rp = {
 			.q = q + (size_t)h0 * hd, .k = (const char *)k + g0, .v = (const char *)v + g0,
 			.kvst = (size_t)sh->n_kv_heads * hd, .T = ntok, .scale = sh->scale,
@@ -3062,41 +3119,13 @@ static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, in
 			rp.pf = next;
 			rp.pfn = (unsigned)(next_bytes / 64);
 		}
-		fn(&rp, f16);
+		fn(&rp, sh->kv_type);
 	}
 }
 
 /* Decode over q8_0 and q4_0 KV, read in place (pg->q): each block
- * dequantized in registers, d q or d (q - 8), exact, then the same sums in
- * the same order as the f32 kernels over a gathered page, so the same
- * floats. */
-
-/* The 32 values of the block at b, in two vectors. */
-AVX512_INLINE void kvq_block(const uint8_t *b, int type, __m512 *x0, __m512 *x1)
-{
-	uint16_t h;
-
-	memcpy(&h, b, sizeof(h));
-	const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
-	const __m128i lo = _mm_loadu_si128((const __m128i *)(b + 2));
-
-	if (type == KVT_KV_Q8_0) {
-		const __m128i hi = _mm_loadu_si128((const __m128i *)(b + 18));
-
-		*x0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
-		*x1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
-	} else {
-		/* Value j in the low nibble of byte j, j + 16 in its high one:
-		 * the sixteen d (q - 8) looked up, VPERMPS taking the low four
-		 * bits of each byte widened (shifted down for the high). */
-		const __m512 tab = _mm512_mul_ps(d, _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,
-								    0, 1, 2, 3, 4, 5, 6, 7));
-		const __m512i q = _mm512_cvtepu8_epi32(lo);
-
-		*x0 = _mm512_permutexvar_ps(q, tab);
-		*x1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
-	}
-}
+ * dequantized in registers (kvq_block, above), then the same sums in the
+ * same order as the f32 kernels over a gathered page, so the same floats. */
 
 /* K rows t .. t + TT of a page of T tokens (past T: row t again). */
 static inline void kvq_rows(const struct attn_page *pg, unsigned t, unsigned T, unsigned TT,
