@@ -887,6 +887,17 @@ static void test_attention_int8(struct accs *accs)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
 					      &accs[kv_type], i % 4 == 0));
 	}
+	/* sixteen heads at once (rowpagei_body): one, two, four and eight
+	 * to a KV head, 16 and 32 heads, both head sizes, both types */
+	for (unsigned i = 0; i < 32; i++, cases++) {
+		static const unsigned geo[][2] = { { 16, 16 }, { 16, 8 }, { 16, 4 }, { 16, 2 },
+						   { 32, 32 }, { 32, 16 }, { 32, 8 }, { 32, 4 } };
+		const unsigned *h = geo[i % 8], hd = i / 8 % 2 ? 128 : 64;
+		int kv_type = i / 16 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
+
+		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
+					      &accs[kv_type], i % 4 == 0));
+	}
 	ref_q8 = 0;
 	kvt_cpu_set_int8_dots(0);
 	fprintf(stderr, "attention, queries rounded to q8_0: %u cases ok, worst error %.2e of "

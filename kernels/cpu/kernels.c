@@ -2939,106 +2939,161 @@ struct rowpage {
 	unsigned	 pfn;
 };
 
+/* A row's softmax state over a page, and how far it has asked for the
+ * next page (pfn lines at pf): pk lines a KV head of a K row, pv a V
+ * step, pfi so far. */
+struct rowstate {
+	__m512		 M, L, PL;	/* running max and sum, the page's sum */
+	const char	*pf;
+	unsigned	 pfn, pk, pv, pfi;
+};
+
+AVX512_INLINE void rowstate_init(struct rowstate *st, const struct rowpage *rp, const unsigned G,
+				 const unsigned HV, const unsigned KV)
+{
+	const unsigned DW = G > 4 ? 2 : HV < 4 ? HV : 4, T = rp->T, pfn = rp->pfn;
+	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
+
+	st->M = _mm512_maskz_loadu_ps(live, rp->m);
+	st->L = _mm512_maskz_loadu_ps(live, rp->l);
+	st->PL = _mm512_setzero_ps();
+	st->pk = (pfn / 2 + KV * T - 1) / (KV * T);
+	st->pv = (pfn - pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
+	st->pf = rp->pf;
+	st->pfn = pfn;
+	st->pfi = 0;
+}
+
+/* Ask for n more of the next page's lines. */
+AVX512_INLINE void rowpage_pf(struct rowstate *st, unsigned n)
+{
+	for (unsigned i = 0; i < n && st->pfi < st->pfn; i++, st->pfi++)
+		_mm_prefetch(st->pf + 64 * (size_t)st->pfi, _MM_HINT_T0);
+}
+
+/* S[t] lane h: head h against token t0 + t, t < n, scaled. */
+AVX512_INLINE void rowpage_scores(const struct rowpage *rp, struct rowstate *st, unsigned t0,
+				  unsigned n, __m512 *S, const unsigned G, const unsigned HV,
+				  const int type, const unsigned KV)
+{
+	const unsigned hd = 16 * HV;
+
+	for (unsigned t = 0; t < n; t++) {
+		const size_t kr = (t0 + t) * rp->kvst;
+		__m512 a[16];
+
+UNROLL(16)
+		for (unsigned i = 0; i < 16; i++)
+			a[i] = _mm512_setzero_ps();
+UNROLL(16)
+		for (unsigned g = 0; g < KV; g++) {
+			rowpage_pf(st, st->pk);
+UNROLL(8)
+			for (unsigned d = 0; d < HV; d++) {
+				__m512 x[2];
+
+				/* a block of 32 at even d, 16 f16 or f32 at every d */
+				if (kvt_kv_block(type) && d % 2)
+					x[0] = x[1];
+				else if (kvt_kv_block(type))
+					kv_load32(rp->k, kr + g * hd + 16 * d, type, &x[0], &x[1]);
+				else
+					x[0] = kv_load16(kv_at(rp->k, kr + g * hd + 16 * d,
+							       type == KVT_KV_F16), type == KVT_KV_F16);
+				for (unsigned j = 0; j < G; j++)
+					a[g * G + j] = _mm512_fmadd_ps(
+						_mm512_loadu_ps(rp->q + (g * G + j) * hd + 16 * d), x[0],
+						a[g * G + j]);
+			}
+		}
+		S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
+	}
+}
+
+/* The softmax step over S[0 .. n), then o = o c + P V over tokens t0 ..
+ * t0 + n. */
+AVX512_INLINE void rowpage_pv(const struct rowpage *rp, struct rowstate *st, unsigned t0,
+			      unsigned n, __m512 *S, const unsigned G, const unsigned HV,
+			      const int type, const unsigned KV)
+{
+	const unsigned hd = 16 * HV, DW = G > 4 ? 2 : HV < 4 ? HV : 4;
+	float P[16][16] __attribute__((aligned(64))), cq[16] __attribute__((aligned(64)));
+	__m512 mn = st->M, c;
+
+	/* as fused_softmax's; the sum over the tokens in
+	 * _mm512_reduce_add_ps's order (HRED4) */
+	for (unsigned t = 0; t < n; t++)
+		mn = _mm512_max_ps(mn, S[t]);
+	c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(st->M, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+				exp16(_mm512_sub_ps(st->M, mn)));
+	for (unsigned t = 0; t < 16; t++) {
+		S[t] = t < n ? exp16(_mm512_sub_ps(S[t], mn)) : _mm512_setzero_ps();
+		_mm512_store_ps(P[t], S[t]);
+	}
+	for (unsigned w = 8; w; w >>= 1)
+		for (unsigned t = 0; t < w; t++)
+			S[t] = _mm512_add_ps(S[t], S[t + w]);
+	st->L = _mm512_fmadd_ps(st->L, c, S[0]);
+	st->PL = _mm512_fmadd_ps(st->PL, c, S[0]);
+	st->M = mn;
+	_mm512_store_ps(cq, c);
+	/* a KV head's G queries and DW vectors of dims at a time in
+	 * registers (eight queries: two vectors, sixteen sums) */
+	for (unsigned g = 0; g < KV; g++)
+		for (unsigned d = 0; d < hd; d += 16 * DW) {
+			float *o = rp->o + g * G * hd + d;
+			__m512 acc[8][4];
+
+			for (unsigned j = 0; j < G; j++)
+				for (unsigned i = 0; i < DW; i++)
+					acc[j][i] = _mm512_mul_ps(_mm512_loadu_ps(o + j * hd + 16 * i),
+								  _mm512_set1_ps(cq[g * G + j]));
+			for (unsigned t = 0; t < n; t++) {
+				const size_t vr = (t0 + t) * rp->kvst + g * hd + d;
+				__m512 x[4];
+
+				rowpage_pf(st, st->pv);
+				for (unsigned i = 0; i < DW; i += 2)
+					kv_load32(rp->v, vr + 16 * i, type, &x[i], &x[i + 1]);
+				for (unsigned j = 0; j < G; j++) {
+					__m512 p = _mm512_set1_ps(P[t][g * G + j]);
+
+					for (unsigned i = 0; i < DW; i++)
+						acc[j][i] = _mm512_fmadd_ps(p, x[i], acc[j][i]);
+				}
+			}
+			for (unsigned j = 0; j < G; j++)
+				for (unsigned i = 0; i < DW; i++)
+					_mm512_storeu_ps(o + j * hd + 16 * i, acc[j][i]);
+		}
+}
+
+AVX512_INLINE void rowpage_end(const struct rowpage *rp, const struct rowstate *st)
+{
+	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
+
+	_mm512_mask_storeu_ps(rp->m, live, st->M);
+	_mm512_mask_storeu_ps(rp->l, live, st->L);
+	if (rp->pm) {
+		_mm512_mask_storeu_ps(rp->pm, live, st->M);
+		_mm512_mask_storeu_ps(rp->pl, live, st->PL);
+	}
+}
+
 AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsigned HV,
 				const int type, const unsigned KV)
 {
-	const unsigned hd = 16 * HV, DW = G > 4 ? 2 : HV < 4 ? HV : 4;
-	const __mmask16 live = (__mmask16)((1u << rp->nh) - 1);
-	const unsigned T = rp->T, pfn = rp->pfn, pk = (pfn / 2 + KV * T - 1) / (KV * T);
-	const unsigned pv = (pfn - pfn / 2 + KV * (HV / DW) * T - 1) / (KV * (HV / DW) * T);
-	const char *const pf = rp->pf;
-	__m512 M = _mm512_maskz_loadu_ps(live, rp->m), L = _mm512_maskz_loadu_ps(live, rp->l);
-	__m512 PL = _mm512_setzero_ps();
-	float P[16][16] __attribute__((aligned(64))), cq[16] __attribute__((aligned(64)));
-	unsigned pfi = 0;
+	struct rowstate st;
 
-	for (unsigned t0 = 0; t0 < T; t0 += 16) {
-		const unsigned n = T - t0 < 16 ? T - t0 : 16;
-		__m512 S[16], mn, c;
+	rowstate_init(&st, rp, G, HV, KV);
+	for (unsigned t0 = 0; t0 < rp->T; t0 += 16) {
+		const unsigned n = rp->T - t0 < 16 ? rp->T - t0 : 16;
+		__m512 S[16];
 
-		/* S[t] lane h: head h against token t0 + t, scaled */
-		for (unsigned t = 0; t < n; t++) {
-			const size_t kr = (t0 + t) * rp->kvst;
-			__m512 a[16];
-
-UNROLL(16)
-			for (unsigned i = 0; i < 16; i++)
-				a[i] = _mm512_setzero_ps();
-UNROLL(16)
-			for (unsigned g = 0; g < KV; g++) {
-				for (unsigned i = 0; i < pk && pfi < pfn; i++, pfi++)
-					_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
-UNROLL(4)
-				for (unsigned d = 0; d < HV; d += 2) {
-					__m512 x[2];
-
-					kv_load32(rp->k, kr + g * hd + 16 * d, type, &x[0], &x[1]);
-					for (unsigned e = 0; e < 2; e++)
-						for (unsigned j = 0; j < G; j++)
-							a[g * G + j] = _mm512_fmadd_ps(
-								_mm512_loadu_ps(rp->q + (g * G + j) * hd +
-										16 * (d + e)),
-								x[e], a[g * G + j]);
-				}
-			}
-			S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
-		}
-		/* the softmax step, as fused_softmax's; the sum over the tokens
-		 * in _mm512_reduce_add_ps's order (HRED4) */
-		mn = M;
-		for (unsigned t = 0; t < n; t++)
-			mn = _mm512_max_ps(mn, S[t]);
-		c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(M, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
-					exp16(_mm512_sub_ps(M, mn)));
-		for (unsigned t = 0; t < 16; t++) {
-			S[t] = t < n ? exp16(_mm512_sub_ps(S[t], mn)) : _mm512_setzero_ps();
-			_mm512_store_ps(P[t], S[t]);
-		}
-		for (unsigned w = 8; w; w >>= 1)
-			for (unsigned t = 0; t < w; t++)
-				S[t] = _mm512_add_ps(S[t], S[t + w]);
-		L = _mm512_fmadd_ps(L, c, S[0]);
-		PL = _mm512_fmadd_ps(PL, c, S[0]);
-		M = mn;
-		_mm512_store_ps(cq, c);
-		/* o = o c + P V, a KV head's G queries and DW vectors of dims
-		 * at a time in registers (eight queries: two vectors, sixteen
-		 * sums) */
-		for (unsigned g = 0; g < KV; g++)
-			for (unsigned d = 0; d < hd; d += 16 * DW) {
-				float *o = rp->o + g * G * hd + d;
-				__m512 acc[8][4];
-
-				for (unsigned j = 0; j < G; j++)
-					for (unsigned i = 0; i < DW; i++)
-						acc[j][i] = _mm512_mul_ps(_mm512_loadu_ps(o + j * hd + 16 * i),
-									  _mm512_set1_ps(cq[g * G + j]));
-				for (unsigned t = 0; t < n; t++) {
-					const size_t vr = (t0 + t) * rp->kvst + g * hd + d;
-					__m512 x[4];
-
-					for (unsigned i = 0; i < pv && pfi < pfn; i++, pfi++)
-						_mm_prefetch(pf + 64 * (size_t)pfi, _MM_HINT_T0);
-					for (unsigned i = 0; i < DW; i += 2)
-						kv_load32(rp->v, vr + 16 * i, type, &x[i], &x[i + 1]);
-					for (unsigned j = 0; j < G; j++) {
-						__m512 p = _mm512_set1_ps(P[t][g * G + j]);
-
-						for (unsigned i = 0; i < DW; i++)
-							acc[j][i] = _mm512_fmadd_ps(p, x[i], acc[j][i]);
-					}
-				}
-				for (unsigned j = 0; j < G; j++)
-					for (unsigned i = 0; i < DW; i++)
-						_mm512_storeu_ps(o + j * hd + 16 * i, acc[j][i]);
-			}
+		rowpage_scores(rp, &st, t0, n, S, G, HV, type, KV);
+		rowpage_pv(rp, &st, t0, n, S, G, HV, type, KV);
 	}
-	_mm512_mask_storeu_ps(rp->m, live, M);
-	_mm512_mask_storeu_ps(rp->l, live, L);
-	if (rp->pm) {
-		_mm512_mask_storeu_ps(rp->pm, live, M);
-		_mm512_mask_storeu_ps(rp->pl, live, PL);
-	}
+	rowpage_end(rp, &st);
 }
 
 /* A full chunk of sixteen heads with its KV heads known when compiled, so
@@ -3069,26 +3124,6 @@ DEF_ROWPAGE(4, 4, rowpage4_64)
 DEF_ROWPAGE(4, 8, rowpage4_128)
 DEF_ROWPAGE(8, 4, rowpage8_64)
 DEF_ROWPAGE(8, 8, rowpage8_128)
-
-/* The kernel for a decode row of shape sh, or NULL. q8_0 and q4_0 KV
- * in whole chunks of sixteen heads, and not when the queries are rounded
- * to q8_0 for K's integer products (kvt_cpu_kv_int8: the per-head
- * kernels). */
-static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
-{
-	unsigned G = sh->n_head / sh->n_kv_heads;
-
-	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2 && G != 4 && G != 8) ||
-	    (sh->n_head > 16 && sh->n_head % 16))
-		return NULL;
-	if (kvt_kv_block(sh->kv_type) && (sh->n_head % 16 || kvt_cpu_kv_int8()))
-		return NULL;
-	if (sh->head_dim == 64)
-		return G == 1 ? rowpage1_64 : G == 2 ? rowpage2_64 : G == 4 ? rowpage4_64 : rowpage8_64;
-	if (sh->head_dim == 128)
-		return G == 1 ? rowpage1_128 : G == 2 ? rowpage2_128 : G == 4 ? rowpage4_128 : rowpage8_128;
-	return NULL;
-}
 
 /* The page for a decode row (ntok: the tokens it sees), sixteen query
  * heads at a time; the next page asked for over the first sixteen. */
@@ -3423,6 +3458,129 @@ static int kvqi_can(void)
 	}
 	return c;
 }
+
+/* A decode row in address order (rowpage_body) on q8_0 and q4_0 K with
+ * the queries rounded to q8_0: K's products in integers, as scoresi_body
+ * takes them; the sixteen heads' sums reduced as rowpage_scores does. */
+VNNI_INLINE void rowpagei_scores(const struct rowpage *rp, struct rowstate *st,
+				 const struct kvqi *qi, unsigned t0, unsigned n, __m512 *S,
+				 const unsigned G, const unsigned HV, const int type)
+{
+	const unsigned KV = 16 / G, hd = 16 * HV, q4 = type == KVT_KV_Q4_0, bpc = q4 ? 4 : 2;
+	const unsigned nb = hd / QK, nc = (nb + bpc - 1) / bpc;
+	const size_t cb = kvt_kv_bytes(type, (size_t)QK * bpc);
+	const __m512i iq = _mm512_loadu_si512(kvqi_idx[q4][0]);
+	const __m512i id = _mm512_loadu_si512(kvqi_idx[q4][1]);
+	const __m512i m4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8((char)0x80);
+
+	for (unsigned t = 0; t < n; t++) {
+		const uint8_t *kr = (const uint8_t *)rp->k + kvt_kv_bytes(type, (t0 + t) * rp->kvst);
+		__m512 a[16];
+
+		for (unsigned i = 0; i < 16; i++)
+			a[i] = _mm512_setzero_ps();
+		for (unsigned g = 0; g < KV; g++) {
+			rowpage_pf(st, st->pk);
+			for (unsigned c = 0; c < nc; c++) {
+				const uint8_t *p = kr + kvt_kv_bytes(type, (size_t)g * hd) + c * cb;
+				const size_t nbytes = kvt_kv_bytes(type, (size_t)QK *
+								   (nb - c * bpc < bpc ? nb - c * bpc : bpc));
+				const __mmask64 m0 = nbytes >= 64 ? ~(__mmask64)0 :
+							((__mmask64)1 << nbytes) - 1;
+				const __mmask64 m1 = nbytes > 64 ? ((__mmask64)1 << (nbytes - 64)) - 1 : 0;
+				__m512i lo = _mm512_maskz_loadu_epi8(m0, p);
+				__m512i hi = _mm512_maskz_loadu_epi8(m1, p + 64);
+				__m512i x = _mm512_permutex2var_epi8(lo, iq, hi), u0, u1;
+				__m512 dk = _mm512_cvtph_ps(
+					_mm512_castsi512_si256(_mm512_permutex2var_epi8(lo, id, hi)));
+
+				if (q4) {
+					u0 = _mm512_and_si512(x, m4);
+					u1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+				} else {
+					u0 = u1 = _mm512_xor_si512(x, top);
+				}
+				for (unsigned j = 0; j < G; j++) {
+					const struct kvqi *r = &qi[g * G + j];
+					__m512i acc = _mm512_dpbusd_epi32(r->c[c], u0, r->q[c][0]);
+
+					if (q4)
+						acc = _mm512_dpbusd_epi32(acc, u1, r->q[c][1]);
+					a[g * G + j] = _mm512_fmadd_ps(
+						_mm512_mul_ps(_mm512_cvtepi32_ps(acc), r->d[c]), dk,
+						a[g * G + j]);
+				}
+			}
+		}
+		S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
+	}
+}
+
+VNNI_INLINE void rowpagei_body(struct rowpage *rp, const unsigned G, const unsigned HV,
+			       const int type)
+{
+	struct kvqi qi[16];
+	struct rowstate st;
+
+	for (unsigned h = 0; h < 16; h++)
+		kvqi_make(&qi[h], rp->q + h * 16 * HV, 16 * HV, type);
+	rowstate_init(&st, rp, G, HV, 16 / G);
+	for (unsigned t0 = 0; t0 < rp->T; t0 += 16) {
+		const unsigned n = rp->T - t0 < 16 ? rp->T - t0 : 16;
+		__m512 S[16];
+
+		rowpagei_scores(rp, &st, qi, t0, n, S, G, HV, type);
+		rowpage_pv(rp, &st, t0, n, S, G, HV, type, 16 / G);
+	}
+	rowpage_end(rp, &st);
+}
+
+/* Full chunks of sixteen heads only (rowpage_pick). */
+#define DEF_ROWPAGEI(G, HV, name)						\
+VNNI static void name(struct rowpage *rp, int type)				\
+{										\
+	if (type == KVT_KV_Q8_0)						\
+		rowpagei_body(rp, G, HV, KVT_KV_Q8_0);				\
+	else									\
+		rowpagei_body(rp, G, HV, KVT_KV_Q4_0);				\
+}
+DEF_ROWPAGEI(1, 4, rowpagei1_64)
+DEF_ROWPAGEI(2, 4, rowpagei2_64)
+DEF_ROWPAGEI(1, 8, rowpagei1_128)
+DEF_ROWPAGEI(2, 8, rowpagei2_128)
+DEF_ROWPAGEI(4, 4, rowpagei4_64)
+DEF_ROWPAGEI(4, 8, rowpagei4_128)
+DEF_ROWPAGEI(8, 4, rowpagei8_64)
+DEF_ROWPAGEI(8, 8, rowpagei8_128)
+
+/* The kernel for a decode row of shape sh, or NULL. q8_0 and q4_0 KV
+ * in whole chunks of sixteen heads, K's products in integers when
+ * kvt_cpu_kv_int8. */
+static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
+{
+	unsigned G = sh->n_head / sh->n_kv_heads;
+
+	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2 && G != 4 && G != 8) ||
+	    (sh->n_head > 16 && sh->n_head % 16))
+		return NULL;
+	if (kvt_kv_block(sh->kv_type) && sh->n_head % 16)
+		return NULL;
+	if (kvt_kv_block(sh->kv_type) && kvt_cpu_kv_int8()) {
+		if (sh->head_dim == 64)
+			return G == 1 ? rowpagei1_64 : G == 2 ? rowpagei2_64 :
+			       G == 4 ? rowpagei4_64 : rowpagei8_64;
+		if (sh->head_dim == 128)
+			return G == 1 ? rowpagei1_128 : G == 2 ? rowpagei2_128 :
+			       G == 4 ? rowpagei4_128 : rowpagei8_128;
+		return NULL;
+	}
+	if (sh->head_dim == 64)
+		return G == 1 ? rowpage1_64 : G == 2 ? rowpage2_64 : G == 4 ? rowpage4_64 : rowpage8_64;
+	if (sh->head_dim == 128)
+		return G == 1 ? rowpage1_128 : G == 2 ? rowpage2_128 : G == 4 ? rowpage4_128 : rowpage8_128;
+	return NULL;
+}
+
 #endif
 
 int kvt_cpu_kv_int8(void)
