@@ -3477,8 +3477,10 @@ VNNI_INLINE void rowpagei_scores(const struct rowpage *rp, struct rowstate *st,
 		const uint8_t *kr = (const uint8_t *)rp->k + kvt_kv_bytes(type, (t0 + t) * rp->kvst);
 		__m512 a[16];
 
+UNROLL(16)
 		for (unsigned i = 0; i < 16; i++)
 			a[i] = _mm512_setzero_ps();
+UNROLL(16)
 		for (unsigned g = 0; g < KV; g++) {
 			rowpage_pf(st, st->pk);
 			for (unsigned c = 0; c < nc; c++) {
