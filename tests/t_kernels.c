@@ -856,9 +856,10 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 
 /* Decode on q8_0 and q4_0 K with the integer dot products on: the
  * queries rounded to q8_0 (AVX512-VNNI and VBMI), head sizes of one to
- * eight blocks, one, two and four queries a KV head. Against the
- * reference on the rounded queries; that the rounding happened, by how
- * far the outputs moved from the f32 queries' reference. */
+ * eight blocks, one, two and four queries a KV head; then 16 / G KV
+ * heads at once (G one to eight), which must take that kernel. Against
+ * the reference on the rounded queries; that the rounding happened, by
+ * how far the outputs moved from the f32 queries' reference. */
 static void test_attention_int8(struct accs *accs)
 {
 	static const unsigned qheads[][2] = { { 8, 2 }, { 4, 4 }, { 4, 2 } };
@@ -887,13 +888,18 @@ static void test_attention_int8(struct accs *accs)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
 					      &accs[kv_type], i % 4 == 0));
 	}
-	/* sixteen heads at once (rowpagei_body): one, two, four and eight
-	 * to a KV head, 16 and 32 heads, both head sizes, both types */
-	for (unsigned i = 0; i < 32; i++, cases++) {
+	/* 16 / G KV heads at once (rowpagei_body): one to eight to a KV
+	 * head, one chunk or two, both head sizes, both types */
+	for (unsigned i = 0; i < 52; i++, cases++) {
 		static const unsigned geo[][2] = { { 16, 16 }, { 16, 8 }, { 16, 4 }, { 16, 2 },
-						   { 32, 32 }, { 32, 16 }, { 32, 8 }, { 32, 4 } };
-		const unsigned *h = geo[i % 8], hd = i / 8 % 2 ? 128 : 64;
-		int kv_type = i / 16 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
+						   { 32, 32 }, { 32, 16 }, { 32, 8 }, { 32, 4 },
+						   { 15, 5 }, { 30, 6 }, { 12, 2 }, { 14, 2 },
+						   { 28, 4 } };
+		const unsigned *h = geo[i % 13], hd = i / 13 % 2 ? 128 : 64;
+		int kv_type = i / 26 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
+		struct kvt_attn_shape sh = { 1, h[0], h[1], hd, 1, kv_type };
+
+		CHECK_EQ(kvt_cpu_attn_rowpage(&sh), 2);
 
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
 					      &accs[kv_type], i % 4 == 0));
@@ -1032,30 +1038,34 @@ static void test_rope_call(void)
 	free(x); free(y); free(z);
 }
 
-/* A decode row on the kernels that read a page in address order (16
- * query heads at once, one, two, four or eight to a KV head, head sizes
- * 64 and 128): the same floats, to the bit, as the kernels that take a KV
+/* A decode row on the kernels that read a page in address order (16 / G
+ * KV heads' queries at once, G = one to eight to a KV head, head sizes 64
+ * and 128): the same floats, to the bit, as the kernels that take a KV
  * head at a time, reached by folding the same query as two rows; for q8_0
  * and q4_0 KV, as the row over f32 KV holding the same values (f32 and
  * the per-head kernels: above). Pages of 16 tokens, the last one short,
- * told of the next one or not; eight, twelve, 16 and 32 query heads (32:
- * two chunks; 8 and 12: a short one, which q8_0 and q4_0 leave to the
- * per-head kernels). Against the reference too, and the pages' partials
- * (pm, pl) as well. */
+ * told of the next one or not; 6 to 40 query heads, in one chunk, two,
+ * or chunks and a short one (8 over 2, 12 over 6, 6 over 1, 24 over 8, 40
+ * over 8), which q8_0 and q4_0 leave to the per-head kernels. Against the
+ * reference too, and the pages' partials (pm, pl) as well. */
 static void test_attn_rowpage(void)
 {
 	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 },
-					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 }, { 8, 1 } };
+					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 }, { 8, 1 },
+					   { 15, 5 }, { 24, 8 }, { 30, 6 }, { 40, 8 }, { 12, 2 },
+					   { 6, 1 }, { 14, 2 }, { 28, 4 } };
+	const unsigned ng = sizeof(geo) / sizeof(geo[0]);
 	unsigned cases = 0;
 
-	for (unsigned c = 0; c < 176; c++) {
+	for (unsigned c = 0; c < 16 * ng; c++) {
 		const int kv_type = (int)(c % 4);	/* f16, f32, q8_0, q4_0 */
-		const unsigned n_head = geo[c / 4 % 11][0], n_kv = geo[c / 4 % 11][1];
-		const unsigned hd = c / 44 % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
+		const unsigned n_head = geo[c / 4 % ng][0], n_kv = geo[c / 4 % ng][1];
+		const unsigned hd = c / (4 * ng) % 2 ? 128 : 64, pt = 16, n_pages = 1 + rndn(6);
 		const unsigned n_ctx = (n_pages - 1) * pt + 1 + rndn(pt), nh = n_head * hd;
 		const size_t n = (size_t)n_ctx * n_kv * hd, tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 		const int blk = kvt_kv_block(kv_type) != 0;
-		const int exact = !blk || n_head % 16 == 0;	/* else per-head q8_0 kernels */
+		const unsigned G = n_head / n_kv, C = 16 / G * G;	/* a chunk's heads */
+		const int exact = !blk || n_head % C == 0;	/* else per-head q8_0 kernels */
 		struct kvt_attn_shape s1 = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
 		struct kvt_attn_shape s2 = s1;
 		struct kvt_attn_acc a1, a2;
@@ -1065,9 +1075,10 @@ static void test_attn_rowpage(void)
 		float *pl = pm + n_head, *pm2 = pl + n_head, *pl2 = xmalloc(2 * (size_t)n_head * 4);
 		double *ref = xmalloc((size_t)nh * sizeof(double));
 		uint32_t qpos[2] = { n_ctx - 1, n_ctx - 1 };
-		float qs = c / 88 ? 4.0f : 1.0f;
+		float qs = c / (8 * ng) ? 4.0f : 1.0f;
 		size_t tok2 = tok;
 
+		CHECK_EQ(kvt_cpu_attn_rowpage(&s1), kvt_cpu_simd() == 2 && exact);
 		fill_kv(kv_type, k, v, n);
 		for (unsigned i = 0; i < nh; i++)
 			q[i] = q[nh + i] = rndf() * qs;

@@ -2911,10 +2911,11 @@ AVX512_INLINE void kv_load32(const void *p, size_t i, int type, __m512 *x0, __m5
  * One query row (decode) against a page in address order. The kernels
  * above take a KV head at a time, each with its own group, softmax state
  * and reductions; with one or two query heads to a KV head that per-head
- * work, not the products, held them. These take sixteen query heads at
- * once (G = 1, 2, 4 or 8 to a KV head, 16 / G KV heads): each K row's
- * heads in turn, the sixteen dot products reduced into one vector (lane
- * h: head h's score), the online softmax on all sixteen lanes at once,
+ * work, not the products, held them. These take up to sixteen query
+ * heads at once (G = 1 to 8 to a KV head, 16 / G KV heads: sixteen
+ * heads, or 15, 12 or 14 for G = 3, 5, 6, 7): each K row's heads in turn,
+ * their dot products reduced into one vector (lane h: head h's score),
+ * the online softmax on all sixteen lanes at once,
  * then P V a KV head at a time over the block from L1. From the caches
  * that is up to 1.8 times faster with one or two queries to a KV head
  * ("Decode attention in address order" in docs/benchmarks.md), and 1.2
@@ -2923,8 +2924,9 @@ AVX512_INLINE void kv_load32(const void *p, size_t i, int type, __m512 *x0, __m5
  * fused kernels, in the same order, so the floats are the same. q8_0 and
  * q4_0 KV are read the same way, a block dequantized in registers where
  * f16 converts 16 values (kv_load32), so their floats are those of f32
- * KV holding the same values; with sixteen query heads a chunk, and with
- * the queries kept in f32 (kvt_cpu_kv_int8 off).
+ * KV holding the same values; in whole chunks only. With the queries
+ * rounded to q8_0 (kvt_cpu_kv_int8), K's products are integers
+ * (rowpagei_scores, below).
  */
 struct rowpage {
 	const float	*q;		/* the chunk's query heads, hd apart */
@@ -2987,11 +2989,11 @@ UNROLL(16)
 			a[i] = _mm512_setzero_ps();
 UNROLL(16)
 		for (unsigned g = 0; g < KV; g++) {
+			__m512 x[2];	/* x[1]: a block's second half, for odd d */
+
 			rowpage_pf(st, st->pk);
 UNROLL(8)
 			for (unsigned d = 0; d < HV; d++) {
-				__m512 x[2];
-
 				/* a block of 32 at even d, 16 f16 or f32 at every d */
 				if (kvt_kv_block(type) && d % 2)
 					x[0] = x[1];
@@ -3096,16 +3098,16 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 	rowpage_end(rp, &st);
 }
 
-/* A full chunk of sixteen heads with its KV heads known when compiled, so
- * the K loop unrolls and the sixteen sums stay in registers (through memory
- * they made the kernel a third slower); a short chunk counts them at run
- * time, f16 or f32 KV only (rowpage_pick). */
+/* A full chunk (16 / G KV heads, G each) with its KV heads known when
+ * compiled, so the K loop unrolls and the sums stay in registers (through
+ * memory they made the kernel a third slower); a short chunk counts them
+ * at run time, f16 or f32 KV only (rowpage_pick). */
 #define DEF_ROWPAGE(G, HV, name)							\
 AVX512 static void name(struct rowpage *rp, int type)					\
 {											\
-	if (rp->nh < 16 && type == KVT_KV_F16)						\
+	if (rp->nh < 16 / G * G && type == KVT_KV_F16)					\
 		rowpage_body(rp, G, HV, KVT_KV_F16, (rp->nh + G - 1) / G);		\
-	else if (rp->nh < 16)								\
+	else if (rp->nh < 16 / G * G)							\
 		rowpage_body(rp, G, HV, KVT_KV_F32, (rp->nh + G - 1) / G);		\
 	else if (type == KVT_KV_F16)							\
 		rowpage_body(rp, G, HV, KVT_KV_F16, 16 / G);				\
@@ -3118,21 +3120,29 @@ AVX512 static void name(struct rowpage *rp, int type)					\
 }
 DEF_ROWPAGE(1, 4, rowpage1_64)
 DEF_ROWPAGE(2, 4, rowpage2_64)
+DEF_ROWPAGE(3, 4, rowpage3_64)
+DEF_ROWPAGE(4, 4, rowpage4_64)
+DEF_ROWPAGE(5, 4, rowpage5_64)
+DEF_ROWPAGE(6, 4, rowpage6_64)
+DEF_ROWPAGE(7, 4, rowpage7_64)
+DEF_ROWPAGE(8, 4, rowpage8_64)
 DEF_ROWPAGE(1, 8, rowpage1_128)
 DEF_ROWPAGE(2, 8, rowpage2_128)
-DEF_ROWPAGE(4, 4, rowpage4_64)
+DEF_ROWPAGE(3, 8, rowpage3_128)
 DEF_ROWPAGE(4, 8, rowpage4_128)
-DEF_ROWPAGE(8, 4, rowpage8_64)
+DEF_ROWPAGE(5, 8, rowpage5_128)
+DEF_ROWPAGE(6, 8, rowpage6_128)
+DEF_ROWPAGE(7, 8, rowpage7_128)
 DEF_ROWPAGE(8, 8, rowpage8_128)
 
-/* The page for a decode row (ntok: the tokens it sees), sixteen query
- * heads at a time; the next page asked for over the first sixteen. */
+/* The page for a decode row (ntok: the tokens it sees), a chunk of 16 / G
+ * KV heads' queries at a time; the next page asked for over the first. */
 static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, int),
 			 const float *q, const void *k, const void *v, unsigned ntok,
 			 float *pm, float *pl, const void *next, size_t next_bytes)
 {
 	const struct kvt_attn_shape *sh = &a->sh;
-	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads;
+	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads, C = 16 / G * G;
 
 	if (!next) {
 		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)ntok * sh->n_kv_heads * hd);
@@ -3140,12 +3150,12 @@ static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, in
 		kvt_cpu_prefetch(k, bytes);
 		kvt_cpu_prefetch(v, bytes);
 	}
-	for (unsigned h0 = 0; h0 < sh->n_head; h0 += 16) {
+	for (unsigned h0 = 0; h0 < sh->n_head; h0 += C) {
 		const size_t g0 = kvt_kv_bytes(sh->kv_type, (size_t)h0 / G * hd);
 		struct rowpage rp = {
 			.q = q + (size_t)h0 * hd, .k = (const char *)k + g0, .v = (const char *)v + g0,
 			.kvst = (size_t)sh->n_kv_heads * hd, .T = ntok, .scale = sh->scale,
-			.nh = sh->n_head - h0 < 16 ? sh->n_head - h0 : 16,
+			.nh = sh->n_head - h0 < C ? sh->n_head - h0 : C,
 			.m = a->m + h0, .l = a->l + h0, .o = a->o + (size_t)h0 * hd,
 			.pm = pm ? pm + h0 : NULL, .pl = pm ? pl + h0 : NULL,
 		};
@@ -3524,7 +3534,7 @@ VNNI_INLINE void rowpagei_body(struct rowpage *rp, const unsigned G, const unsig
 	struct kvqi qi[16];
 	struct rowstate st;
 
-	for (unsigned h = 0; h < 16; h++)
+	for (unsigned h = 0; h < 16 / G * G; h++)
 		kvqi_make(&qi[h], rp->q + h * 16 * HV, 16 * HV, type);
 	rowstate_init(&st, rp, G, HV, 16 / G);
 	for (unsigned t0 = 0; t0 < rp->T; t0 += 16) {
@@ -3548,42 +3558,58 @@ VNNI static void name(struct rowpage *rp, int type)				\
 }
 DEF_ROWPAGEI(1, 4, rowpagei1_64)
 DEF_ROWPAGEI(2, 4, rowpagei2_64)
+DEF_ROWPAGEI(3, 4, rowpagei3_64)
+DEF_ROWPAGEI(4, 4, rowpagei4_64)
+DEF_ROWPAGEI(5, 4, rowpagei5_64)
+DEF_ROWPAGEI(6, 4, rowpagei6_64)
+DEF_ROWPAGEI(7, 4, rowpagei7_64)
+DEF_ROWPAGEI(8, 4, rowpagei8_64)
 DEF_ROWPAGEI(1, 8, rowpagei1_128)
 DEF_ROWPAGEI(2, 8, rowpagei2_128)
-DEF_ROWPAGEI(4, 4, rowpagei4_64)
+DEF_ROWPAGEI(3, 8, rowpagei3_128)
 DEF_ROWPAGEI(4, 8, rowpagei4_128)
-DEF_ROWPAGEI(8, 4, rowpagei8_64)
+DEF_ROWPAGEI(5, 8, rowpagei5_128)
+DEF_ROWPAGEI(6, 8, rowpagei6_128)
+DEF_ROWPAGEI(7, 8, rowpagei7_128)
 DEF_ROWPAGEI(8, 8, rowpagei8_128)
 
-/* The kernel for a decode row of shape sh, or NULL. q8_0 and q4_0 KV
- * in whole chunks of sixteen heads, K's products in integers when
- * kvt_cpu_kv_int8. */
+/* The kernel for a decode row of shape sh, or NULL: one to eight query
+ * heads to a KV head, head sizes 64 and 128, chunks of 16 / G KV heads
+ * (the last of f16 or f32 KV may be short); K's products in integers on
+ * q8_0 and q4_0 when kvt_cpu_kv_int8. */
 static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
 {
-	unsigned G = sh->n_head / sh->n_kv_heads;
+	typedef void (*rowpage_fn)(struct rowpage *, int);
+	static const rowpage_fn fns[2][2][8] = {
+		{ { rowpage1_64, rowpage2_64, rowpage3_64, rowpage4_64,
+		    rowpage5_64, rowpage6_64, rowpage7_64, rowpage8_64 },
+		  { rowpage1_128, rowpage2_128, rowpage3_128, rowpage4_128,
+		    rowpage5_128, rowpage6_128, rowpage7_128, rowpage8_128 } },
+		{ { rowpagei1_64, rowpagei2_64, rowpagei3_64, rowpagei4_64,
+		    rowpagei5_64, rowpagei6_64, rowpagei7_64, rowpagei8_64 },
+		  { rowpagei1_128, rowpagei2_128, rowpagei3_128, rowpagei4_128,
+		    rowpagei5_128, rowpagei6_128, rowpagei7_128, rowpagei8_128 } },
+	};
+	const unsigned G = sh->n_head / sh->n_kv_heads, C = G <= 8 ? 16 / G * G : 0;
+	const int blk = kvt_kv_block(sh->kv_type) != 0;
 
-	if (sh->rows != 1 || kvt_cpu_simd() < 2 || (G != 1 && G != 2 && G != 4 && G != 8) ||
-	    (sh->n_head > 16 && sh->n_head % 16))
+	if (sh->rows != 1 || kvt_cpu_simd() < 2 || !C ||
+	    (sh->head_dim != 64 && sh->head_dim != 128) ||
+	    (blk && sh->n_head % C))
 		return NULL;
-	if (kvt_kv_block(sh->kv_type) && sh->n_head % 16)
-		return NULL;
-	if (kvt_kv_block(sh->kv_type) && kvt_cpu_kv_int8()) {
-		if (sh->head_dim == 64)
-			return G == 1 ? rowpagei1_64 : G == 2 ? rowpagei2_64 :
-			       G == 4 ? rowpagei4_64 : rowpagei8_64;
-		if (sh->head_dim == 128)
-			return G == 1 ? rowpagei1_128 : G == 2 ? rowpagei2_128 :
-			       G == 4 ? rowpagei4_128 : rowpagei8_128;
-		return NULL;
-	}
-	if (sh->head_dim == 64)
-		return G == 1 ? rowpage1_64 : G == 2 ? rowpage2_64 : G == 4 ? rowpage4_64 : rowpage8_64;
-	if (sh->head_dim == 128)
-		return G == 1 ? rowpage1_128 : G == 2 ? rowpage2_128 : G == 4 ? rowpage4_128 : rowpage8_128;
-	return NULL;
+	return fns[blk && kvt_cpu_kv_int8()][sh->head_dim == 128][G - 1];
 }
 
 #endif
+
+int kvt_cpu_attn_rowpage(const struct kvt_attn_shape *sh)
+{
+#ifdef KVT_X86
+	if (rowpage_pick(sh))
+		return kvt_kv_block(sh->kv_type) && kvt_cpu_kv_int8() ? 2 : 1;
+#endif
+	return 0;
+}
 
 int kvt_cpu_kv_int8(void)
 {

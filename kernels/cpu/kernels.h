@@ -149,6 +149,12 @@ void kvt_cpu_prefetch(const void *p, size_t bytes);
  * VBMI. Otherwise f32 queries against K dequantized in registers. */
 int kvt_cpu_kv_int8(void);
 
+/* Which kernel decode attention (one row) takes for shape sh: 0 those of
+ * a KV head at a time, 1 those of 16 / G KV heads' queries at once, in
+ * address order, 2 those on q8_0 or q4_0 K's integer products (for tests
+ * and benchmarks). */
+int kvt_cpu_attn_rowpage(const struct kvt_attn_shape *sh);
+
 /* f32 <-> IEEE half (F16C where the cpu has it). Round to nearest even;
  * overflow gives inf, subnormals are kept; NaNs keep sign and payload (the
  * top 10 bits of it on the way down) and come out quiet, exactly as F16C
