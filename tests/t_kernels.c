@@ -856,8 +856,8 @@ static double attn_case(int kv_type, unsigned n_head, unsigned n_kv, unsigned hd
 
 /* Decode on q8_0 and q4_0 K with the integer dot products on: the
  * queries rounded to q8_0 (AVX512-VNNI and VBMI), head sizes of one to
- * eight blocks, one, two and four queries a KV head; then 16 / G KV
- * heads at once (G one to eight), which must take that kernel. Against
+ * eight blocks, one, two and four queries a KV head; then up to 16
+ * query heads at once (G one to eight), which must take that kernel. Against
  * the reference on the rounded queries; that the rounding happened, by
  * how far the outputs moved from the f32 queries' reference. */
 static void test_attention_int8(struct accs *accs)
@@ -888,12 +888,12 @@ static void test_attention_int8(struct accs *accs)
 		worst = fmax(worst, attn_case(kv_type, h[0], h[1], hd, 1, 1 + rndn(300),
 					      &accs[kv_type], i % 4 == 0));
 	}
-	/* 16 / G KV heads at once (rowpagei_body): one to eight to a KV
+	/* up to 16 query heads at once (rowpagei_body): one to eight to a KV
 	 * head, one chunk or two, both head sizes, both types */
 	for (unsigned i = 0; i < 52; i++, cases++) {
 		static const unsigned geo[][2] = { { 16, 16 }, { 16, 8 }, { 16, 4 }, { 16, 2 },
 						   { 32, 32 }, { 32, 16 }, { 32, 8 }, { 32, 4 },
-						   { 15, 5 }, { 30, 6 }, { 12, 2 }, { 14, 2 },
+						   { 24, 8 }, { 30, 6 }, { 12, 2 }, { 14, 2 },
 						   { 28, 4 } };
 		const unsigned *h = geo[i % 13], hd = i / 13 % 2 ? 128 : 64;
 		int kv_type = i / 26 ? KVT_KV_Q4_0 : KVT_KV_Q8_0;
@@ -1038,22 +1038,22 @@ static void test_rope_call(void)
 	free(x); free(y); free(z);
 }
 
-/* A decode row on the kernels that read a page in address order (16 / G
- * KV heads' queries at once, G = one to eight to a KV head, head sizes 64
+/* A decode row on the kernels that read a page in address order (up to
+ * 16 queries at once, G = one to eight to a KV head, head sizes 64
  * and 128): the same floats, to the bit, as the kernels that take a KV
  * head at a time, reached by folding the same query as two rows; for q8_0
  * and q4_0 KV, as the row over f32 KV holding the same values (f32 and
  * the per-head kernels: above). Pages of 16 tokens, the last one short,
  * told of the next one or not; 6 to 40 query heads, in one chunk, two,
- * or chunks and a short one (8 over 2, 12 over 6, 6 over 1, 24 over 8, 40
- * over 8), which q8_0 and q4_0 leave to the per-head kernels. Against the
+ * or chunks and a short one (8 over 2, 12 over 6, 6 over 1, 15 over 5),
+ * which q8_0 and q4_0 leave to the per-head kernels. Against the
  * reference too, and the pages' partials (pm, pl) as well. */
 static void test_attn_rowpage(void)
 {
 	static const unsigned geo[][2] = { { 16, 8 }, { 16, 16 }, { 12, 6 }, { 32, 16 }, { 32, 32 },
 					   { 16, 4 }, { 16, 2 }, { 32, 8 }, { 32, 4 }, { 8, 2 }, { 8, 1 },
 					   { 15, 5 }, { 24, 8 }, { 30, 6 }, { 40, 8 }, { 12, 2 },
-					   { 6, 1 }, { 14, 2 }, { 28, 4 } };
+					   { 6, 1 }, { 14, 2 }, { 28, 4 }, { 12, 4 } };
 	const unsigned ng = sizeof(geo) / sizeof(geo[0]);
 	unsigned cases = 0;
 
@@ -1064,7 +1064,8 @@ static void test_attn_rowpage(void)
 		const unsigned n_ctx = (n_pages - 1) * pt + 1 + rndn(pt), nh = n_head * hd;
 		const size_t n = (size_t)n_ctx * n_kv * hd, tok = kvt_kv_bytes(kv_type, (size_t)n_kv * hd);
 		const int blk = kvt_kv_block(kv_type) != 0;
-		const unsigned G = n_head / n_kv, C = 16 / G * G;	/* a chunk's heads */
+		const unsigned G = n_head / n_kv;
+		const unsigned C = G * (G == 3 ? 4 : G == 5 ? 2 : 16 / G);	/* a chunk's heads */
 		const int exact = !blk || n_head % C == 0;	/* else per-head q8_0 kernels */
 		struct kvt_attn_shape s1 = { 1, n_head, n_kv, hd, 1.0f / sqrtf((float)hd), kv_type };
 		struct kvt_attn_shape s2 = s1;

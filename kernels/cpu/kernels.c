@@ -2912,8 +2912,8 @@ AVX512_INLINE void kv_load32(const void *p, size_t i, int type, __m512 *x0, __m5
  * above take a KV head at a time, each with its own group, softmax state
  * and reductions; with one or two query heads to a KV head that per-head
  * work, not the products, held them. These take up to sixteen query
- * heads at once (G = 1 to 8 to a KV head, 16 / G KV heads: sixteen
- * heads, or 15, 12 or 14 for G = 3, 5, 6, 7): each K row's heads in turn,
+ * heads at once (G = 1 to 8 to a KV head, ROWPAGE_KV(G) KV heads: sixteen
+ * heads, or 12, 10, 12 and 14 for G = 3, 5, 6, 7): each K row's heads in turn,
  * their dot products reduced into one vector (lane h: head h's score),
  * the online softmax on all sixteen lanes at once,
  * then P V a KV head at a time over the block from L1. From the caches
@@ -2928,6 +2928,11 @@ AVX512_INLINE void kv_load32(const void *p, size_t i, int type, __m512 *x0, __m5
  * rounded to q8_0 (kvt_cpu_kv_int8), K's products are integers
  * (rowpagei_scores, below).
  */
+/* The KV heads of a chunk: as many as fill sixteen lanes, but a power of
+ * two, since models have 2, 4 or 8 KV heads (12 heads for G = 3, as Llama
+ * 3.2 3B's 24 over 8, not 15). */
+#define ROWPAGE_KV(G)	((G) == 3 ? 4u : (G) == 5 ? 2u : 16u / (G))
+
 struct rowpage {
 	const float	*q;		/* the chunk's query heads, hd apart */
 	const void	*k, *v;		/* its first KV head's row 0 */
@@ -3098,25 +3103,25 @@ AVX512_INLINE void rowpage_body(struct rowpage *rp, const unsigned G, const unsi
 	rowpage_end(rp, &st);
 }
 
-/* A full chunk (16 / G KV heads, G each) with its KV heads known when
+/* A full chunk (ROWPAGE_KV(G) KV heads, G each) with its KV heads known when
  * compiled, so the K loop unrolls and the sums stay in registers (through
  * memory they made the kernel a third slower); a short chunk counts them
  * at run time, f16 or f32 KV only (rowpage_pick). */
 #define DEF_ROWPAGE(G, HV, name)							\
 AVX512 static void name(struct rowpage *rp, int type)					\
 {											\
-	if (rp->nh < 16 / G * G && type == KVT_KV_F16)					\
+	if (rp->nh < ROWPAGE_KV(G) * G && type == KVT_KV_F16)					\
 		rowpage_body(rp, G, HV, KVT_KV_F16, (rp->nh + G - 1) / G);		\
-	else if (rp->nh < 16 / G * G)							\
+	else if (rp->nh < ROWPAGE_KV(G) * G)							\
 		rowpage_body(rp, G, HV, KVT_KV_F32, (rp->nh + G - 1) / G);		\
 	else if (type == KVT_KV_F16)							\
-		rowpage_body(rp, G, HV, KVT_KV_F16, 16 / G);				\
+		rowpage_body(rp, G, HV, KVT_KV_F16, ROWPAGE_KV(G));				\
 	else if (type == KVT_KV_F32)							\
-		rowpage_body(rp, G, HV, KVT_KV_F32, 16 / G);				\
+		rowpage_body(rp, G, HV, KVT_KV_F32, ROWPAGE_KV(G));				\
 	else if (type == KVT_KV_Q8_0)							\
-		rowpage_body(rp, G, HV, KVT_KV_Q8_0, 16 / G);				\
+		rowpage_body(rp, G, HV, KVT_KV_Q8_0, ROWPAGE_KV(G));				\
 	else										\
-		rowpage_body(rp, G, HV, KVT_KV_Q4_0, 16 / G);				\
+		rowpage_body(rp, G, HV, KVT_KV_Q4_0, ROWPAGE_KV(G));				\
 }
 DEF_ROWPAGE(1, 4, rowpage1_64)
 DEF_ROWPAGE(2, 4, rowpage2_64)
@@ -3135,14 +3140,15 @@ DEF_ROWPAGE(6, 8, rowpage6_128)
 DEF_ROWPAGE(7, 8, rowpage7_128)
 DEF_ROWPAGE(8, 8, rowpage8_128)
 
-/* The page for a decode row (ntok: the tokens it sees), a chunk of 16 / G
- * KV heads' queries at a time; the next page asked for over the first. */
+/* The page for a decode row (ntok: the tokens it sees), a chunk of
+ * ROWPAGE_KV(G) KV heads' queries at a time; the next page asked for over
+ * the first. */
 static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, int),
 			 const float *q, const void *k, const void *v, unsigned ntok,
 			 float *pm, float *pl, const void *next, size_t next_bytes)
 {
 	const struct kvt_attn_shape *sh = &a->sh;
-	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads, C = 16 / G * G;
+	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads, C = ROWPAGE_KV(G) * G;
 
 	if (!next) {
 		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)ntok * sh->n_kv_heads * hd);
@@ -3476,7 +3482,7 @@ VNNI_INLINE void rowpagei_scores(const struct rowpage *rp, struct rowstate *st,
 				 const struct kvqi *qi, unsigned t0, unsigned n, __m512 *S,
 				 const unsigned G, const unsigned HV, const int type)
 {
-	const unsigned KV = 16 / G, hd = 16 * HV, q4 = type == KVT_KV_Q4_0, bpc = q4 ? 4 : 2;
+	const unsigned KV = ROWPAGE_KV(G), hd = 16 * HV, q4 = type == KVT_KV_Q4_0, bpc = q4 ? 4 : 2;
 	const unsigned nb = hd / QK, nc = (nb + bpc - 1) / bpc;
 	const size_t cb = kvt_kv_bytes(type, (size_t)QK * bpc);
 	const __m512i iq = _mm512_loadu_si512(kvqi_idx[q4][0]);
@@ -3534,15 +3540,15 @@ VNNI_INLINE void rowpagei_body(struct rowpage *rp, const unsigned G, const unsig
 	struct kvqi qi[16];
 	struct rowstate st;
 
-	for (unsigned h = 0; h < 16 / G * G; h++)
+	for (unsigned h = 0; h < ROWPAGE_KV(G) * G; h++)
 		kvqi_make(&qi[h], rp->q + h * 16 * HV, 16 * HV, type);
-	rowstate_init(&st, rp, G, HV, 16 / G);
+	rowstate_init(&st, rp, G, HV, ROWPAGE_KV(G));
 	for (unsigned t0 = 0; t0 < rp->T; t0 += 16) {
 		const unsigned n = rp->T - t0 < 16 ? rp->T - t0 : 16;
 		__m512 S[16];
 
 		rowpagei_scores(rp, &st, qi, t0, n, S, G, HV, type);
-		rowpage_pv(rp, &st, t0, n, S, G, HV, type, 16 / G);
+		rowpage_pv(rp, &st, t0, n, S, G, HV, type, ROWPAGE_KV(G));
 	}
 	rowpage_end(rp, &st);
 }
@@ -3574,7 +3580,7 @@ DEF_ROWPAGEI(7, 8, rowpagei7_128)
 DEF_ROWPAGEI(8, 8, rowpagei8_128)
 
 /* The kernel for a decode row of shape sh, or NULL: one to eight query
- * heads to a KV head, head sizes 64 and 128, chunks of 16 / G KV heads
+ * heads to a KV head, head sizes 64 and 128, chunks of ROWPAGE_KV(G) KV heads
  * (the last of f16 or f32 KV may be short); K's products in integers on
  * q8_0 and q4_0 when kvt_cpu_kv_int8. */
 static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, int)
@@ -3590,7 +3596,7 @@ static void (*rowpage_pick(const struct kvt_attn_shape *sh))(struct rowpage *, i
 		  { rowpagei1_128, rowpagei2_128, rowpagei3_128, rowpagei4_128,
 		    rowpagei5_128, rowpagei6_128, rowpagei7_128, rowpagei8_128 } },
 	};
-	const unsigned G = sh->n_head / sh->n_kv_heads, C = G <= 8 ? 16 / G * G : 0;
+	const unsigned G = sh->n_head / sh->n_kv_heads, C = G && G <= 8 ? ROWPAGE_KV(G) * G : 0;
 	const int blk = kvt_kv_block(sh->kv_type) != 0;
 
 	if (sh->rows != 1 || kvt_cpu_simd() < 2 || !C ||

@@ -150,7 +150,7 @@ void kvt_cpu_prefetch(const void *p, size_t bytes);
 int kvt_cpu_kv_int8(void);
 
 /* Which kernel decode attention (one row) takes for shape sh: 0 those of
- * a KV head at a time, 1 those of 16 / G KV heads' queries at once, in
+ * a KV head at a time, 1 those of a chunk of KV heads' queries at once, in
  * address order, 2 those on q8_0 or q4_0 K's integer products (for tests
  * and benchmarks). */
 int kvt_cpu_attn_rowpage(const struct kvt_attn_shape *sh);
