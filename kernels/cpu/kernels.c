@@ -3141,14 +3141,17 @@ DEF_ROWPAGE(7, 8, rowpage7_128)
 DEF_ROWPAGE(8, 8, rowpage8_128)
 
 /* The page for a decode row (ntok: the tokens it sees), a chunk of
- * ROWPAGE_KV(G) KV heads' queries at a time; the next page asked for over
- * the first. */
+ * ROWPAGE_KV(G) KV heads' queries at a time; the next page asked for a
+ * share in each chunk, so that reads are in flight all through the page
+ * (over the first chunk alone, Llama 3.2 3B's shape took 7 per cent
+ * longer a step at 16K than the per-head kernels). */
 static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, int),
 			 const float *q, const void *k, const void *v, unsigned ntok,
 			 float *pm, float *pl, const void *next, size_t next_bytes)
 {
 	const struct kvt_attn_shape *sh = &a->sh;
 	const unsigned hd = sh->head_dim, G = sh->n_head / sh->n_kv_heads, C = ROWPAGE_KV(G) * G;
+	const unsigned nc = (sh->n_head + C - 1) / C;
 
 	if (!next) {
 		size_t bytes = kvt_kv_bytes(sh->kv_type, (size_t)ntok * sh->n_kv_heads * hd);
@@ -3166,9 +3169,13 @@ static void rowpage_fold(struct kvt_attn_acc *a, void (*fn)(struct rowpage *, in
 			.pm = pm ? pm + h0 : NULL, .pl = pm ? pl + h0 : NULL,
 		};
 
-		if (next && !h0) {
-			rp.pf = next;
-			rp.pfn = (unsigned)(next_bytes / 64);
+		if (next) {	/* the chunk's share of it */
+			const unsigned i = h0 / C;
+			const size_t b0 = next_bytes * i / nc & ~(size_t)63;
+			const size_t b1 = i + 1 == nc ? next_bytes : next_bytes * (i + 1) / nc & ~(size_t)63;
+
+			rp.pf = (const char *)next + b0;
+			rp.pfn = (unsigned)((b1 - b0 + 63) / 64);
 		}
 		fn(&rp, sh->kv_type);
 	}
