@@ -3393,6 +3393,35 @@ VNNI_INLINE void kvqi_make(struct kvqi *r, const float *q, unsigned hd, int type
 	}
 }
 
+/* A chunk of a K row at p (m0, m1: its bytes in the two loads) as
+ * unsigned bytes, u0 and u1 (q4_0: the low nibbles, the high ones), and
+ * each lane's block's d in dk. */
+VNNI_INLINE void kvqi_load(const uint8_t *p, __mmask64 m0, __mmask64 m1, __m512i iq, __m512i id,
+			   int q4, __m512i *u0, __m512i *u1, __m512 *dk)
+{
+	__m512i lo = _mm512_maskz_loadu_epi8(m0, p), hi = _mm512_maskz_loadu_epi8(m1, p + 64);
+	__m512i x = _mm512_permutex2var_epi8(lo, iq, hi);
+
+	*dk = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(lo, id, hi)));
+	if (q4) {
+		*u0 = _mm512_and_si512(x, _mm512_set1_epi8(0x0F));
+		*u1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0F));
+	} else {
+		*u0 = *u1 = _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
+	}
+}
+
+/* a plus query r's products with chunk c of a K row (kvqi_load's). */
+VNNI_INLINE __m512 kvqi_dot(const struct kvqi *r, unsigned c, __m512i u0, __m512i u1, __m512 dk,
+			    int q4, __m512 a)
+{
+	__m512i acc = _mm512_dpbusd_epi32(r->c[c], u0, r->q[c][0]);
+
+	if (q4)
+		acc = _mm512_dpbusd_epi32(acc, u1, r->q[c][1]);
+	return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), r->d[c]), dk, a);
+}
+
 /* NQ (1, 2 or 4) queries against 8 / NQ tokens at a time, as scoresq_body. */
 VNNI_INLINE void scoresi_body(const struct attn_page *pg, const struct attn_group *gr,
 			      unsigned T, const unsigned NQ, int type)
@@ -3402,7 +3431,6 @@ VNNI_INLINE void scoresi_body(const struct attn_page *pg, const struct attn_grou
 	const size_t cb = kvt_kv_bytes(type, (size_t)QK * bpc);
 	const __m512i iq = _mm512_loadu_si512(kvqi_idx[q4][0]);
 	const __m512i id = _mm512_loadu_si512(kvqi_idx[q4][1]);
-	const __m512i m4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8((char)0x80);
 	__mmask64 m0[KVQI_CH], m1[KVQI_CH];
 	struct kvqi qi[4];
 
@@ -3424,28 +3452,12 @@ VNNI_INLINE void scoresi_body(const struct attn_page *pg, const struct attn_grou
 			a[i] = _mm512_setzero_ps();
 		for (unsigned c = 0; c < nc; c++)
 			for (unsigned j = 0; j < TT; j++) {
-				const uint8_t *p = k[j] + c * cb;
-				__m512i lo = _mm512_maskz_loadu_epi8(m0[c], p);
-				__m512i hi = _mm512_maskz_loadu_epi8(m1[c], p + 64);
-				__m512i x = _mm512_permutex2var_epi8(lo, iq, hi), u0, u1;
-				__m512 dk = _mm512_cvtph_ps(
-					_mm512_castsi512_si256(_mm512_permutex2var_epi8(lo, id, hi)));
+				__m512i u0, u1;
+				__m512 dk;
 
-				if (q4) {
-					u0 = _mm512_and_si512(x, m4);
-					u1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-				} else {
-					u0 = u1 = _mm512_xor_si512(x, top);
-				}
-				for (unsigned s = 0; s < NQ; s++) {
-					__m512i acc = _mm512_dpbusd_epi32(qi[s].c[c], u0, qi[s].q[c][0]);
-
-					if (q4)
-						acc = _mm512_dpbusd_epi32(acc, u1, qi[s].q[c][1]);
-					a[j * NQ + s] = _mm512_fmadd_ps(
-						_mm512_mul_ps(_mm512_cvtepi32_ps(acc), qi[s].d[c]), dk,
-						a[j * NQ + s]);
-				}
+				kvqi_load(k[j] + c * cb, m0[c], m1[c], iq, id, q4, &u0, &u1, &dk);
+				for (unsigned s = 0; s < NQ; s++)
+					a[j * NQ + s] = kvqi_dot(&qi[s], c, u0, u1, dk, q4, a[j * NQ + s]);
 			}
 		scores8_put(pg, a, t, T, NQ);
 	}
@@ -3494,7 +3506,6 @@ VNNI_INLINE void rowpagei_scores(const struct rowpage *rp, struct rowstate *st,
 	const size_t cb = kvt_kv_bytes(type, (size_t)QK * bpc);
 	const __m512i iq = _mm512_loadu_si512(kvqi_idx[q4][0]);
 	const __m512i id = _mm512_loadu_si512(kvqi_idx[q4][1]);
-	const __m512i m4 = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8((char)0x80);
 
 	for (unsigned t = 0; t < n; t++) {
 		const uint8_t *kr = (const uint8_t *)rp->k + kvt_kv_bytes(type, (t0 + t) * rp->kvst);
@@ -3513,28 +3524,12 @@ UNROLL(16)
 				const __mmask64 m0 = nbytes >= 64 ? ~(__mmask64)0 :
 							((__mmask64)1 << nbytes) - 1;
 				const __mmask64 m1 = nbytes > 64 ? ((__mmask64)1 << (nbytes - 64)) - 1 : 0;
-				__m512i lo = _mm512_maskz_loadu_epi8(m0, p);
-				__m512i hi = _mm512_maskz_loadu_epi8(m1, p + 64);
-				__m512i x = _mm512_permutex2var_epi8(lo, iq, hi), u0, u1;
-				__m512 dk = _mm512_cvtph_ps(
-					_mm512_castsi512_si256(_mm512_permutex2var_epi8(lo, id, hi)));
+				__m512i u0, u1;
+				__m512 dk;
 
-				if (q4) {
-					u0 = _mm512_and_si512(x, m4);
-					u1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-				} else {
-					u0 = u1 = _mm512_xor_si512(x, top);
-				}
-				for (unsigned j = 0; j < G; j++) {
-					const struct kvqi *r = &qi[g * G + j];
-					__m512i acc = _mm512_dpbusd_epi32(r->c[c], u0, r->q[c][0]);
-
-					if (q4)
-						acc = _mm512_dpbusd_epi32(acc, u1, r->q[c][1]);
-					a[g * G + j] = _mm512_fmadd_ps(
-						_mm512_mul_ps(_mm512_cvtepi32_ps(acc), r->d[c]), dk,
-						a[g * G + j]);
-				}
+				kvqi_load(p, m0, m1, iq, id, q4, &u0, &u1, &dk);
+				for (unsigned j = 0; j < G; j++)
+					a[g * G + j] = kvqi_dot(&qi[g * G + j], c, u0, u1, dk, q4, a[g * G + j]);
 			}
 		}
 		S[t] = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(rp->scale));
