@@ -34,7 +34,7 @@
 #include "kernels/cuda/kernels.h"
 
 #define PART_BUDGET	(64ull << 20)	/* bytes of attention partials, at least */
-#define QMAX		8		/* query vectors per block (kernels.cu) */
+#define ATT_BLOCKS_PER_SM 4		/* attention blocks a call aims at, per SM */
 
 struct cuda_cx {
 	struct cuda_dev *d;
@@ -552,7 +552,8 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 {
 	struct cuda_cx *c = ctx;
 	const struct kvt_cu_attn *a = &c->a;
-	unsigned G, ztiles, want, per, nsplit, avail;
+	unsigned blocks, want, per, nsplit;
+	uintptr_t addr = 0;
 	int r;
 
 	if (!n)
@@ -561,14 +562,13 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 		return -EINVAL;		/* no attn_begin that succeeded */
 	if (n > c->pg_cap - c->pg_used)
 		return -EINVAL;		/* more pages than attn_begin was told */
-	G = a->n_head / a->n_kv_heads;
-	ztiles = (a->rows * G + QMAX - 1) / QMAX;
 	for (unsigned i = 0; i < n; i++) {
 		if (pg[i].pm)
 			return -ENOTSUP;
 		c->pg_host[c->pg_used + i] = (struct kvt_cu_page){
 			.k = pg[i].k, .v = pg[i].v, .ntok = pg[i].ntok, .pos0 = pg[i].pos0,
 		};
+		addr |= (uintptr_t)pg[i].k | (uintptr_t)pg[i].v;
 	}
 	if ((r = busy(c)))
 		return r;
@@ -577,26 +577,19 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 					n * sizeof(*c->pg_dev), cudaMemcpyHostToDevice, c->st))))
 		return r;
 	c->pg_inflight = 1;
-	/* Enough parts for two blocks per SM, given the heads and the rows. */
-	want = (unsigned)((2u * (unsigned)c->d->sms + a->n_kv_heads * ztiles - 1) /
-			  (a->n_kv_heads * ztiles));
-	want = want ? want : 1;
+	/* Enough parts for ATT_BLOCKS_PER_SM blocks an SM, given the heads and
+	 * the rows; each call folds into the parts the calls before it left,
+	 * so the merge at the end reads no more than the widest call wrote. */
+	blocks = a->n_kv_heads * kvt_cu_attn_tiles(a);
+	want = blocks ? (ATT_BLOCKS_PER_SM * (unsigned)c->d->sms + blocks - 1) / blocks : 1;
+	want = want < 1 ? 1 : want > a->parts_cap ? a->parts_cap : want;
 	per = (n + want - 1) / want;
 	nsplit = (n + per - 1) / per;
-	if (c->parts_used + nsplit > a->parts_cap && c->parts_used > 1) {
-		/* Fold what is there into part 0 to make room. */
-		if ((r = LAUNCH(c, kvt_cu_attn_merge(c->st, a, c->parts_used, NULL))))
-			return r;
-		c->parts_used = 1;
-	}
-	avail = a->parts_cap - c->parts_used;
-	if (nsplit > avail) {
-		per = (n + avail - 1) / avail;
-		nsplit = (n + per - 1) / per;
-	}
-	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, c->parts_used));
+	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, 0,
+					c->parts_used, addr % 16 == 0));
 	c->pg_used += n;
-	c->parts_used += nsplit;
+	if (nsplit > c->parts_used)
+		c->parts_used = nsplit;
 	return r;
 }
 

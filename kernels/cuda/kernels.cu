@@ -305,11 +305,11 @@ extern "C" int kvt_cu_q8_0_to_f16(cudaStream_t st, uint16_t *dst, const uint8_t 
 
 /* ---- paged attention ---- */
 
-#define ATT_WARPS	4		/* warps per block; warp w takes tokens t % 4 == w */
+#define ATT_WARPS	4		/* warps per block */
 #define ATT_THREADS	(ATT_WARPS * 32)
-#define ATT_QMAX	8		/* query vectors per block */
 #define ATT_DPL_MAX	8		/* dims per lane: head_dim <= 256 */
-#define MERGE_THREADS	128
+#define MERGE_WARPS	8		/* warps per block of the merge */
+#define MERGE_THREADS	(MERGE_WARPS * 32)
 
 __device__ __forceinline__ float kv_f32(float v)
 {
@@ -331,49 +331,134 @@ __device__ __forceinline__ unsigned visible(uint32_t qpos, uint32_t pos0, unsign
 }
 
 /*
+ * A lane's DPL dims of one K or V row, as floats. Two layouts:
+ *
+ *  - strided, any head_dim: lane l holds dims l + 32 i, so that each of
+ *    the DPL loads of the warp is one run of 32 elements; dims past
+ *    head_dim read as 0;
+ *  - packed, when head_dim is 32 DPL and the row is 16-byte aligned:
+ *    lane l holds dims DPL l .. DPL l + DPL - 1, read with the widest
+ *    loads they fill (one 8-byte load a row for d128 in f16, where the
+ *    strided layout issues four of 2 bytes).
+ *
+ * packed_ok says whether a shape can take the packed layout: f16 rows
+ * need an even DPL (whole 32-bit words).
+ */
+template <int DPL, typename KV>
+__host__ __device__ constexpr bool packed_ok()
+{
+	return sizeof(KV) == 4 ? DPL > 1 : DPL % 2 == 0;
+}
+
+__device__ __forceinline__ unsigned att_dim(bool packed, int dpl, unsigned lane, int i)
+{
+	return packed ? lane * (unsigned)dpl + (unsigned)i : lane + 32u * (unsigned)i;
+}
+
+template <int DPL, typename KV>
+__device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigned lane,
+					 unsigned hd, bool packed)
+{
+	if constexpr (packed_ok<DPL, KV>()) {
+		if (packed) {
+			constexpr int W = DPL * (int)sizeof(KV) / 4;	/* 32-bit words */
+			const uint32_t *p = (const uint32_t *)(row + lane * DPL);
+			uint32_t w[W];
+
+			if constexpr (W % 4 == 0) {
+#pragma unroll
+				for (int c = 0; c < W / 4; c++) {
+					uint4 v = ((const uint4 *)p)[c];
+
+					w[4 * c] = v.x;
+					w[4 * c + 1] = v.y;
+					w[4 * c + 2] = v.z;
+					w[4 * c + 3] = v.w;
+				}
+			} else if constexpr (W % 2 == 0) {
+#pragma unroll
+				for (int c = 0; c < W / 2; c++) {
+					uint2 v = ((const uint2 *)p)[c];
+
+					w[2 * c] = v.x;
+					w[2 * c + 1] = v.y;
+				}
+			} else {
+#pragma unroll
+				for (int c = 0; c < W; c++)
+					w[c] = p[c];
+			}
+#pragma unroll
+			for (int i = 0; i < DPL; i++) {
+				if constexpr (sizeof(KV) == 4)
+					f[i] = __uint_as_float(w[i]);
+				else
+					f[i] = __half2float(__ushort_as_half(
+						(unsigned short)(w[i / 2] >> (16 * (i % 2)))));
+			}
+			return;
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < DPL; i++) {
+		unsigned d = lane + 32 * i;
+
+		f[i] = d < hd ? kv_f32(row[d]) : 0.0f;
+	}
+}
+
+/*
  * One part of one call: pages [part * per_part, min(n_pages, (part + 1) *
- * per_part)) folded into partial slot part0 + part.
+ * per_part)) folded into partial slot part0 + part, or, below fold_end,
+ * into the partial an earlier call left in that slot.
  *
  * Grid: x = part (gridDim.x = nsplit), y = KV head g, z = tile of query
  * vectors (grid-stride over ntiles tiles, so gridDim.z may be capped).
  * Query vector j (of KV head g) is row r = j / G, query head h = g G +
- * j % G; tile z holds j in [8 z, 8 z + 8) below rows * G.
+ * j % G; tile z holds j in [QM z, QM z + QM) below rows * G.
  *
  * Block: ATT_WARPS warps. Every warp holds the state of all of the tile's
  * query vectors (q scaled, running max m, sum l, output o) and walks every
- * page of the part, taking the tokens t with t % ATT_WARPS == warp id;
- * lane l holds dims d = l + 32 i, i < DPL. A token's score is the
- * warp-reduced dot product, so it and every branch on it are the same in
- * all lanes. At the end the warps' states are folded through shared
- * memory, the block's threads spread over (vector, dim).
+ * page of the part, TOK tokens at a time: warp w takes tokens TOK w ..
+ * TOK w + TOK - 1 of each run of ATT_WARPS TOK. It loads the K and V rows
+ * of all TOK tokens first, so that each warp has TOK rows' loads in
+ * flight, then folds them into each vector's state at one rescale. A
+ * token's score is the warp-reduced dot product, so it and every branch
+ * on it are the same in all lanes. At the end the warps' states are
+ * folded through shared memory, the block's threads spread over (vector,
+ * dim).
  */
-template <int DPL, typename KV>
+template <int DPL, int QM, typename KV>
 static __global__ void __launch_bounds__(ATT_THREADS)
 attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, unsigned n_pages,
-		  unsigned per_part, unsigned part0, size_t ntiles)
+		  unsigned per_part, unsigned part0, unsigned fold_end, size_t ntiles, int aligned)
 {
-	__shared__ float sh_o[ATT_WARPS][ATT_QMAX][DPL * 32];
-	__shared__ float sh_m[ATT_WARPS][ATT_QMAX], sh_l[ATT_WARPS][ATT_QMAX];
+	constexpr int TOK = DPL > 4 ? 2 : 4;	/* rows in registers: 2 TOK DPL floats */
+	__shared__ float sh_o[ATT_WARPS][QM][DPL * 32];
+	__shared__ float sh_m[ATT_WARPS][QM], sh_l[ATT_WARPS][QM];
+	__shared__ float sh_pm[QM], sh_pl[QM];	/* the slot's earlier partial */
 	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const unsigned part = blockIdx.x, g = blockIdx.y, hd = a.head_dim;
 	const unsigned G = a.n_head / a.n_kv_heads;
+	const bool packed = aligned && hd == 32u * DPL;
 	const size_t nq = (size_t)a.rows * G, kv_row = (size_t)a.n_kv_heads * hd;
 	/* part < nsplit, so p_begin < n_pages; the end is written so that
 	 * (part + 1) * per_part cannot wrap. */
 	const unsigned p_begin = part * per_part;
 	const unsigned p_end = n_pages - p_begin > per_part ? p_begin + per_part : n_pages;
 	const size_t slot = (size_t)part0 + part;
+	const bool fold = slot < fold_end;
 
 	for (size_t tile = blockIdx.z; tile < ntiles; tile += gridDim.z) {
-		const size_t j0 = tile * ATT_QMAX;
-		const unsigned nj = nq - j0 < ATT_QMAX ? (unsigned)(nq - j0) : ATT_QMAX;
-		float qreg[ATT_QMAX][DPL], o[ATT_QMAX][DPL], m[ATT_QMAX], l[ATT_QMAX];
-		uint32_t qp[ATT_QMAX];
+		const size_t j0 = tile * QM;
+		const unsigned nj = nq - j0 < QM ? (unsigned)(nq - j0) : QM;
+		float qreg[QM][DPL], o[QM][DPL], m[QM], l[QM];
+		uint32_t qp[QM];
 
 		/* The loops over j and i are unrolled so that the arrays stay
 		 * in registers; j < nj is the same in every thread. */
 #pragma unroll
-		for (int j = 0; j < ATT_QMAX; j++) {
+		for (int j = 0; j < QM; j++) {
 			m[j] = -INFINITY;
 			l[j] = 0.0f;
 			qp[j] = 0;
@@ -390,7 +475,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 				qp[j] = a.qpos[r];
 #pragma unroll
 				for (int i = 0; i < DPL; i++) {
-					unsigned d = lane + 32 * i;
+					unsigned d = att_dim(packed, DPL, lane, i);
 
 					if (d < hd)
 						qreg[j][i] = qv[d] * a.scale;
@@ -402,71 +487,98 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 			const struct kvt_cu_page pg = pages[p];
 			const KV *kb = (const KV *)pg.k + (size_t)g * hd;
 			const KV *vb = (const KV *)pg.v + (size_t)g * hd;
-			unsigned nv[ATT_QMAX], tmax = 0;
+			unsigned nv[QM], tmax = 0;
 
 			/* No token at or past tmax is seen by any vector of
 			 * the tile: a causal page ends early. */
 #pragma unroll
-			for (int j = 0; j < ATT_QMAX; j++) {
+			for (int j = 0; j < QM; j++) {
 				nv[j] = (unsigned)j < nj ? visible(qp[j], pg.pos0, pg.ntok) : 0;
 				tmax = nv[j] > tmax ? nv[j] : tmax;
 			}
-			for (unsigned t = warp; t < tmax; t += ATT_WARPS) {
-				const KV *kr = kb + (size_t)t * kv_row;
-				const KV *vr = vb + (size_t)t * kv_row;
-				float kf[DPL], vf[DPL];
+			for (unsigned t0 = warp * TOK; t0 < tmax; t0 += ATT_WARPS * TOK) {
+				float kf[TOK][DPL], vf[TOK][DPL];
 
 #pragma unroll
-				for (int i = 0; i < DPL; i++) {
-					unsigned d = lane + 32 * i;
+				for (int u = 0; u < TOK; u++) {
+					const unsigned t = t0 + u;
 
-					kf[i] = d < hd ? kv_f32(kr[d]) : 0.0f;
-					vf[i] = d < hd ? kv_f32(vr[d]) : 0.0f;
-				}
-#pragma unroll
-				for (int j = 0; j < ATT_QMAX; j++) {
-					float s = 0.0f;
-
-					if ((unsigned)j >= nj)
-						continue;
-#pragma unroll
-					for (int i = 0; i < DPL; i++)
-						s += qreg[j][i] * kf[i];
-					s = warp_sum(s);
-					if (t >= nv[j])
-						continue;	/* not visible to row j / G */
-					if (s > m[j]) {
-						/* new max: rescale the old state; m = -inf
-						 * gives c = 0 (and l, o are 0 then) */
-						float c = expf(m[j] - s);
-
-						l[j] = l[j] * c + 1.0f;
+					if (t < tmax) {
+						load_row<DPL, KV>(kf[u], kb + t * kv_row, lane, hd, packed);
+						load_row<DPL, KV>(vf[u], vb + t * kv_row, lane, hd, packed);
+					} else {
 #pragma unroll
 						for (int i = 0; i < DPL; i++)
-							o[j][i] = o[j][i] * c + vf[i];
-						m[j] = s;
-					} else {
-						float e = expf(s - m[j]);
+							kf[u][i] = vf[u][i] = 0.0f;
+					}
+				}
+#pragma unroll
+				for (int j = 0; j < QM; j++) {
+					float s[TOK], mx;
 
+					/* none of the run visible to row j / G */
+					if ((unsigned)j >= nj || t0 >= nv[j])
+						continue;
+#pragma unroll
+					for (int u = 0; u < TOK; u++) {
+						s[u] = 0.0f;
+#pragma unroll
+						for (int i = 0; i < DPL; i++)
+							s[u] += qreg[j][i] * kf[u][i];
+					}
+					mx = m[j];
+#pragma unroll
+					for (int u = 0; u < TOK; u++) {
+						s[u] = warp_sum(s[u]);
+						if (t0 + u < nv[j] && s[u] > mx)
+							mx = s[u];
+					}
+					if (mx > m[j]) {
+						/* a new max: rescale the old state; m =
+						 * -inf gives c = 0 (and l, o are 0 then) */
+						float c = expf(m[j] - mx);
+
+						l[j] *= c;
+#pragma unroll
+						for (int i = 0; i < DPL; i++)
+							o[j][i] *= c;
+						m[j] = mx;
+					}
+#pragma unroll
+					for (int u = 0; u < TOK; u++) {
+						float e;
+
+						if (t0 + u >= nv[j])
+							continue;
+						e = expf(s[u] - m[j]);
 						l[j] += e;
 #pragma unroll
 						for (int i = 0; i < DPL; i++)
-							o[j][i] += e * vf[i];
+							o[j][i] += e * vf[u][i];
 					}
 				}
 			}
 		}
 
-		/* Fold the warps: every warp's state to shared memory. */
+		/* Fold the warps: every warp's state to shared memory, and
+		 * the slot's earlier m and l where there is one. */
 #pragma unroll
-		for (int j = 0; j < ATT_QMAX; j++) {
+		for (int j = 0; j < QM; j++) {
 #pragma unroll
 			for (int i = 0; i < DPL; i++)
-				sh_o[warp][j][lane + 32 * i] = o[j][i];
+				sh_o[warp][j][att_dim(packed, DPL, lane, i)] = o[j][i];
 			if (lane == 0) {
 				sh_m[warp][j] = m[j];
 				sh_l[warp][j] = l[j];
 			}
+		}
+		if (fold && threadIdx.x < nj) {
+			const size_t jj = j0 + threadIdx.x, r = jj / G;
+			const unsigned h = g * G + (unsigned)(jj % G);
+			const size_t rh = (slot * a.rows + r) * a.n_head + h;
+
+			sh_pm[threadIdx.x] = a.pm[rh];
+			sh_pl[threadIdx.x] = a.pl[rh];
 		}
 		__syncthreads();
 		for (unsigned e = threadIdx.x; e < nj * hd; e += ATT_THREADS) {
@@ -478,8 +590,10 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 
 			for (int w = 0; w < ATT_WARPS; w++)
 				M = sh_m[w][j] > M ? sh_m[w][j] : M;
+			if (fold && sh_pm[j] > M)
+				M = sh_pm[j];
 			/* M = -inf: nothing seen, m = -inf, l = 0, o = 0. */
-			if (M != -INFINITY)
+			if (M != -INFINITY) {
 				for (int w = 0; w < ATT_WARPS; w++) {
 					float mw = sh_m[w][j], c;
 
@@ -489,6 +603,13 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 					L += sh_l[w][j] * c;
 					O += sh_o[w][j][d] * c;
 				}
+				if (fold && sh_pm[j] != -INFINITY) {
+					float c = expf(sh_pm[j] - M);
+
+					L += sh_pl[j] * c;
+					O += a.po[rh * hd + d] * c;
+				}
+			}
 			a.po[rh * hd + d] = O;
 			if (d == 0) {
 				a.pm[rh] = M;
@@ -500,27 +621,45 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 	}
 }
 
-template <typename KV>
+template <int QM, typename KV>
 static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const struct kvt_cu_attn *a,
 			      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
-			      unsigned part0, size_t ntiles)
+			      unsigned part0, unsigned fold_end, size_t ntiles, int aligned)
 {
 	switch (dpl) {
 #define CASE(N)                                                                         \
 	case N:                                                                         \
-		attn_pages_kernel<N, KV><<<grid, ATT_THREADS, 0, st>>>(*a, pages, n_pages,  \
-									per_part, part0, ntiles); \
+		attn_pages_kernel<N, QM, KV><<<grid, ATT_THREADS, 0, st>>>(                  \
+			*a, pages, n_pages, per_part, part0, fold_end, ntiles, aligned);        \
 		break;
 	CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
 	}
 }
 
+/* Query vectors a block takes: four for a decode row of up to four query
+ * heads a KV head (fewer registers, more blocks an SM), else eight. */
+static unsigned attn_qm(const struct kvt_cu_attn *a)
+{
+	return (size_t)a->rows * (a->n_head / a->n_kv_heads) <= 4 ? 4 : 8;
+}
+
+extern "C" unsigned kvt_cu_attn_tiles(const struct kvt_cu_attn *a)
+{
+	size_t n, qm;
+
+	if (!a || !a->n_kv_heads || a->n_head % a->n_kv_heads)
+		return 0;
+	n = (size_t)a->rows * (a->n_head / a->n_kv_heads);
+	qm = attn_qm(a);
+	return (unsigned)((n + qm - 1) / qm);
+}
+
 extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 				 const struct kvt_cu_page *pages, unsigned n_pages,
-				 unsigned per_part, unsigned part0)
+				 unsigned per_part, unsigned part0, unsigned fold_end, int aligned)
 {
-	size_t nsplit, ntiles;
+	size_t nsplit, ntiles, qm;
 	unsigned dpl;
 	dim3 grid;
 
@@ -533,9 +672,11 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 	if (!per_part || !pages)
 		return cudaErrorInvalidValue;
 	nsplit = n_pages / per_part + (n_pages % per_part != 0);
-	if ((size_t)part0 + nsplit > a->parts_cap || nsplit > 0x7fffffff)
+	if ((size_t)part0 + nsplit > a->parts_cap || nsplit > 0x7fffffff ||
+	    fold_end > a->parts_cap)
 		return cudaErrorInvalidValue;
-	ntiles = ((size_t)a->rows * (a->n_head / a->n_kv_heads) + ATT_QMAX - 1) / ATT_QMAX;
+	qm = attn_qm(a);
+	ntiles = ((size_t)a->rows * (a->n_head / a->n_kv_heads) + qm - 1) / qm;
 	if (!ntiles)
 		return cudaSuccess;		/* no rows or no heads: nothing to write */
 	if (!a->q || !a->qpos || !a->pm || !a->pl || !a->po)
@@ -545,65 +686,109 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 	grid = dim3((unsigned)nsplit, a->n_kv_heads,
 		    ntiles > 65535 ? 65535u : (unsigned)ntiles);
 	clear_stale();
-	if (a->kv_type == 0)
-		attn_pages_launch<__half>(st, grid, dpl, a, pages, n_pages, per_part, part0,
-					  ntiles);
+#define LAUNCH_QM(QM)                                                                   \
+	do {                                                                            \
+		if (a->kv_type == 0)                                                    \
+			attn_pages_launch<QM, __half>(st, grid, dpl, a, pages, n_pages,  \
+						      per_part, part0, fold_end, ntiles, \
+						      aligned);                          \
+		else                                                                    \
+			attn_pages_launch<QM, float>(st, grid, dpl, a, pages, n_pages,   \
+						     per_part, part0, fold_end, ntiles,  \
+						     aligned);                           \
+	} while (0)
+	if (qm == 4)
+		LAUNCH_QM(4);
 	else
-		attn_pages_launch<float>(st, grid, dpl, a, pages, n_pages, per_part, part0, ntiles);
+		LAUNCH_QM(8);
+#undef LAUNCH_QM
 	return (int)cudaGetLastError();
+}
+
+/* Over the block's MERGE_THREADS threads: every thread gets the max
+ * (sum) of their v. sh holds MERGE_WARPS floats; free again on return. */
+__device__ __forceinline__ float block_fold(float v, float *sh, bool max)
+{
+	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+	for (int off = 16; off > 0; off >>= 1) {
+		float u = __shfl_xor_sync(0xffffffffu, v, off);
+
+		v = max ? fmaxf(v, u) : v + u;
+	}
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	v = sh[0];
+	for (int w = 1; w < MERGE_WARPS; w++)
+		v = max ? fmaxf(v, sh[w]) : v + sh[w];
+	__syncthreads();
+	return v;
 }
 
 /*
  * One block per (row, head) index rh = r n_head + h (grid-stride over
- * them), MERGE_THREADS threads over the dims. Every thread computes M and
- * L over the parts itself, then the dims it owns. Written back into part
- * 0 (out NULL), a thread overwrites only the o values it read, and m and
- * l of part 0 are written by thread 0 after a barrier that every thread
- * passes only once it has read them.
+ * them). The threads fold m and l over the parts (M, L); then warp w
+ * folds parts w, w + MERGE_WARPS, .. over every dim, lane l holding dims
+ * l + 32 i, and the warps' sums meet in shared memory.
  */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 attn_merge_kernel(const struct kvt_cu_attn a, unsigned n_parts, float *out)
 {
+	__shared__ float sh_o[MERGE_WARPS][ATT_DPL_MAX * 32];
+	__shared__ float sh_r[MERGE_WARPS];
 	const size_t nh = (size_t)a.rows * a.n_head;
-	const unsigned hd = a.head_dim;
+	const unsigned hd = a.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
 	for (size_t rh = blockIdx.x; rh < nh; rh += gridDim.x) {
-		float M = -INFINITY, L = 0.0f;
+		float M = -INFINITY, L = 0.0f, o[ATT_DPL_MAX];
 
-		for (unsigned p = 0; p < n_parts; p++) {
-			float mp = a.pm[p * nh + rh];
-
-			M = mp > M ? mp : M;
-		}
+		for (unsigned p = threadIdx.x; p < n_parts; p += MERGE_THREADS)
+			M = fmaxf(M, a.pm[p * nh + rh]);
+		M = block_fold(M, sh_r, true);
+		/* M = -inf: no part saw anything; out is 0. */
 		if (M != -INFINITY)
-			for (unsigned p = 0; p < n_parts; p++) {
+			for (unsigned p = threadIdx.x; p < n_parts; p += MERGE_THREADS) {
 				float mp = a.pm[p * nh + rh];
 
 				if (mp != -INFINITY)
 					L += a.pl[p * nh + rh] * expf(mp - M);
 			}
+		L = block_fold(L, sh_r, false);
+#pragma unroll
+		for (int i = 0; i < ATT_DPL_MAX; i++)
+			o[i] = 0.0f;
+		/* A part that saw nothing has o = 0 and weighs 0. Unrolled so
+		 * that a warp has several parts' loads in flight. */
+		if (M != -INFINITY) {
+#pragma unroll 4
+			for (unsigned p = warp; p < n_parts; p += MERGE_WARPS) {
+				const float *po = a.po + (p * nh + rh) * hd;
+				float mp = a.pm[p * nh + rh];
+				float c = mp == -INFINITY ? 0.0f : expf(mp - M);
+
+#pragma unroll
+				for (int i = 0; i < ATT_DPL_MAX; i++) {
+					unsigned d = lane + 32 * i;
+
+					if (d < hd)
+						o[i] += po[d] * c;
+				}
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < ATT_DPL_MAX; i++)
+			sh_o[warp][lane + 32 * i] = o[i];
+		__syncthreads();
 		for (unsigned d = threadIdx.x; d < hd; d += MERGE_THREADS) {
 			float O = 0.0f;
 
-			if (M != -INFINITY)
-				for (unsigned p = 0; p < n_parts; p++) {
-					float mp = a.pm[p * nh + rh];
-
-					if (mp != -INFINITY)
-						O += a.po[(p * nh + rh) * hd + d] * expf(mp - M);
-				}
-			if (out)
-				out[rh * hd + d] = L > 0.0f ? O / L : 0.0f;
-			else
-				a.po[rh * hd + d] = O;
+			for (int w = 0; w < MERGE_WARPS; w++)
+				O += sh_o[w][d];
+			out[rh * hd + d] = L > 0.0f ? O / L : 0.0f;
 		}
-		if (!out) {		/* the same in every thread */
-			__syncthreads();
-			if (threadIdx.x == 0) {
-				a.pm[rh] = M;
-				a.pl[rh] = L;
-			}
-		}
+		/* sh_o is written again for the next rh. */
+		__syncthreads();
 	}
 }
 
@@ -613,13 +798,11 @@ extern "C" int kvt_cu_attn_merge(cudaStream_t st, const struct kvt_cu_attn *a, u
 	size_t nh;
 	unsigned blocks;
 
-	if (!a || n_parts > a->parts_cap)
+	if (!a || n_parts > a->parts_cap || !out)
 		return cudaErrorInvalidValue;
 	nh = (size_t)a->rows * a->n_head;
-	/* Nothing to merge, nowhere to write, or no parts to fold back
-	 * into part 0: nothing to do. */
-	if (!nh || (!out && !n_parts) || (out && !a->head_dim))
-		return cudaSuccess;
+	if (!nh || !a->head_dim)
+		return cudaSuccess;		/* nothing to write */
 	if (n_parts && (!a->pm || !a->pl || !a->po))
 		return cudaErrorInvalidValue;
 	blocks = nh > ROW_MAX_BLOCKS ? ROW_MAX_BLOCKS : (unsigned)nh;

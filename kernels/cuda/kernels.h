@@ -79,16 +79,22 @@ struct kvt_cu_attn {
 
 /* Fold pages[0 .. n_pages) (device memory) into parts part0 .. part0 +
  * ceil(n_pages / per_part) - 1, per_part consecutive pages each. A part
- * whose (row, head) saw nothing gets m = -inf, l = 0, o = 0.
- * cudaErrorInvalidValue when a part would pass parts_cap or head_dim is
- * over 256. */
+ * below fold_end holds the partial of an earlier call of this attention
+ * on the same stream, and is folded into; one at or past it is written.
+ * A part whose (row, head) saw nothing has m = -inf, l = 0, o = 0.
+ * aligned: every page's k and v is 16-byte aligned, so that rows may be
+ * read as vectors. cudaErrorInvalidValue when a part would pass
+ * parts_cap or head_dim is over 256. */
 int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 		      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
-		      unsigned part0);
+		      unsigned part0, unsigned fold_end, int aligned);
 
-/* Merge parts 0 .. n_parts - 1: into out (rows, n_head, head_dim) as
- * o / l (zeros where l is 0), or, out NULL, back into part 0 (m, l, o
- * unnormalised) so that parts 1 .. can be used again. */
+/* The tiles of query vectors of one KV head that a kvt_cu_attn_pages
+ * launch spreads over its blocks (0 for a shape it refuses). */
+unsigned kvt_cu_attn_tiles(const struct kvt_cu_attn *a);
+
+/* Merge parts 0 .. n_parts - 1 into out (rows, n_head, head_dim) as
+ * o / l (zeros where l is 0). */
 int kvt_cu_attn_merge(cudaStream_t st, const struct kvt_cu_attn *a, unsigned n_parts, float *out);
 
 /* Read every byte of src (bytes a multiple of 16, src 16-aligned) and
