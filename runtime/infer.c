@@ -868,7 +868,7 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 }
 
 /* Most pages in one attn_pages call of an async backend. */
-#define ASYNC_CHUNK 256
+#define ASYNC_CHUNK 1024
 
 /* The job's pages on an async backend (a GPU): one thread acquires them
  * all as one held batch and hands them to the kernels in chunks, as many

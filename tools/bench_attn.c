@@ -9,7 +9,8 @@
  *
  * The pages live in the device's memory (the fast tier), handed to the
  * kernels as the runtime does: on an asynchronous backend in calls of
- * 256 pages, on the cpu one contiguous run per thread.
+ * --chunk pages (1024, the runtime's), on the cpu one contiguous run per
+ * thread.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -44,7 +45,8 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 
 /* One attention call over every page, finished. */
 static int attend_all(struct kvt_compute *cx, const struct kvt_attn_shape *sh, const float *q,
-		      const uint32_t *qpos, const struct kvt_page_ref *refs, unsigned n, float *out)
+		      const uint32_t *qpos, const struct kvt_page_ref *refs, unsigned n,
+		      unsigned chunk, float *out)
 {
 	const struct kvt_compute_ops *o = cx->ops;
 	unsigned parts = o->parallel ? o->threads(cx->ctx) : 1;
@@ -56,8 +58,8 @@ static int attend_all(struct kvt_compute *cx, const struct kvt_attn_shape *sh, c
 	if (o->parallel) {
 		o->parallel(cx->ctx, attn_task, &a, a.tasks);
 	} else {
-		for (unsigned i = 0; i < n && !a.err; i += 256)
-			a.err = o->attn_pages(cx->ctx, 0, refs + i, n - i < 256 ? n - i : 256);
+		for (unsigned i = 0; i < n && !a.err; i += chunk)
+			a.err = o->attn_pages(cx->ctx, 0, refs + i, n - i < chunk ? n - i : chunk);
 	}
 	if (a.err)
 		return a.err;
@@ -76,7 +78,7 @@ int bench_attn(int argc, char **argv)
 {
 	uint64_t ctxs[16];
 	int nctx = bench_parse_list("4K,16K,64K", ctxs, 16), reps = 5, json = 0, c, r;
-	unsigned heads = 32, kv_heads = 8, hd = 128, pt = 16, threads = 0;
+	unsigned heads = 32, kv_heads = 8, hd = 128, pt = 16, threads = 0, chunk = 1024;
 	int kvt = KVT_KV_F16;
 	const char *devname = "cpu";
 	static const struct option opts[] = {
@@ -84,9 +86,10 @@ int bench_attn(int argc, char **argv)
 		{ "device", required_argument, 0, 'd' }, { "heads", required_argument, 0, 'H' },
 		{ "kv-heads", required_argument, 0, 'K' }, { "head-dim", required_argument, 0, 'D' },
 		{ "page-tokens", required_argument, 0, 'P' }, { "threads", required_argument, 0, 't' },
-		{ "kv-type", required_argument, 0, 'k' }, { "json", no_argument, 0, 'j' }, { 0 } };
+		{ "kv-type", required_argument, 0, 'k' }, { "json", no_argument, 0, 'j' },
+		{ "chunk", required_argument, 0, 'C' }, { 0 } };
 
-	while ((c = getopt_long(argc, argv, "c:r:d:H:K:D:P:t:k:j", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:r:d:H:K:D:P:t:k:jC:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': nctx = bench_parse_list(optarg, ctxs, 16); break;
 		case 'r': reps = atoi(optarg); break;
@@ -104,13 +107,14 @@ int bench_attn(int argc, char **argv)
 			}
 			break;
 		case 'j': json = 1; break;
+		case 'C': chunk = (unsigned)atoi(optarg); break;
 		default: return 2;
 		}
 	}
 	if (nctx <= 0 || reps < 1 || reps > 64 || !heads || !kv_heads || heads % kv_heads || !hd ||
-	    hd > 256 || !pt || (kvt_kv_block(kvt) && hd % 32)) {
-		fprintf(stderr, "kvt-bench attn: bad --ctx, --repeat or geometry (heads a multiple "
-			"of kv-heads, head-dim 1..256, a multiple of 32 for q8_0 and q4_0)\n");
+	    hd > 256 || !pt || (kvt_kv_block(kvt) && hd % 32) || !chunk) {
+		fprintf(stderr, "kvt-bench attn: bad --ctx, --repeat, --chunk or geometry (heads a "
+			"multiple of kv-heads, head-dim 1..256, a multiple of 32 for q8_0 and q4_0)\n");
 		return 2;
 	}
 
@@ -143,11 +147,11 @@ int bench_attn(int argc, char **argv)
 	const size_t bs = kvt_kv_block(kvt) ? kvt_kv_bytes(kvt, 32) : 4;
 	for (int ci = 0; ci < nctx; ci++) {
 		unsigned n = (unsigned)((ctxs[ci] + pt - 1) / pt);
-		size_t bytes = (size_t)n * pb, chunk = (64u << 20) / bs * bs;
+		size_t bytes = (size_t)n * pb, fill_bytes = (64u << 20) / bs * bs;
 		uint8_t *kv, *kv2;
 		float *q, *qh = malloc((size_t)heads * hd * 4), *out;
 		uint32_t *qpos, qp = (uint32_t)ctxs[ci] - 1;
-		uint16_t *fill = malloc(chunk);
+		uint16_t *fill = malloc(fill_bytes);
 		struct kvt_page_ref *refs = malloc(n * sizeof(*refs));
 		double ta[64], tc[64];
 		uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -161,16 +165,16 @@ int bench_attn(int argc, char **argv)
 		    (r = cx.ops->alloc(cx.ctx, 4, (void **)&qpos)))
 			return fail("device memory for the pages", r);
 		/* Values in [-1, 1) as f16 (sign, and exponents 0x3800..0x3bff). */
-		for (size_t i = 0; i < chunk / 2; i++) {
+		for (size_t i = 0; i < fill_bytes / 2; i++) {
 			x ^= x << 13; x ^= x >> 7; x ^= x << 17;
 			fill[i] = (uint16_t)((x & 0x8000) | (0x3800 + (x >> 20) % 0x400));
 		}
 		/* and each block's scale d such that |d q| < 1 */
-		for (size_t i = 0; kvt_kv_block(kvt) && i < chunk / 2; i += bs / 2)
+		for (size_t i = 0; kvt_kv_block(kvt) && i < fill_bytes / 2; i += bs / 2)
 			fill[i] = (uint16_t)((kvt == KVT_KV_Q8_0 ? 0x2000 : 0x3000) + fill[i] % 0x400);
-		for (size_t off = 0; off < bytes; off += chunk)
+		for (size_t off = 0; off < bytes; off += fill_bytes)
 			if ((r = cx.ops->upload(cx.ctx, kv + off, fill,
-						bytes - off < chunk ? bytes - off : chunk)))
+						bytes - off < fill_bytes ? bytes - off : fill_bytes)))
 				return fail("upload", r);
 		for (size_t i = 0; i < (size_t)heads * hd; i++)
 			qh[i] = (float)((int)(i % 17) - 8) / 8.0f;
@@ -182,13 +186,13 @@ int bench_attn(int argc, char **argv)
 							 i + 1 == n ? (unsigned)(ctxs[ci] - (uint64_t)i * pt) : pt,
 							 i * pt, NULL, NULL };
 		/* A warm-up of each, then the two alternated. */
-		if ((r = attend_all(&cx, &sh, q, qpos, refs, n, out)) ||
+		if ((r = attend_all(&cx, &sh, q, qpos, refs, n, chunk, out)) ||
 		    (r = kvt_dev_copy(dev, kv2, kv, bytes, KVT_D2D)))
 			return fail("warm-up", r);
 		for (int k = 0; k < reps; k++) {
 			double t0 = cli_now();
 
-			if ((r = attend_all(&cx, &sh, q, qpos, refs, n, out)))
+			if ((r = attend_all(&cx, &sh, q, qpos, refs, n, chunk, out)))
 				return fail("attention", r);
 			ta[k] = cli_now() - t0;
 			t0 = cli_now();
@@ -199,10 +203,10 @@ int bench_attn(int argc, char **argv)
 		double ga = (double)bytes / bench_median(ta, reps) / 1e9;
 		double gc = (double)bytes / bench_median(tc, reps) / 1e9;
 		if (json)
-			printf("{\"bench\":\"attn\",\"device\":\"%s\",\"ctx\":%llu,\"pages\":%u,"
+			printf("{\"bench\":\"attn\",\"device\":\"%s\",\"ctx\":%llu,\"pages\":%u,\"chunk\":%u,"
 			       "\"bytes\":%zu,\"attn_ms\":%.4f,\"attn_gbps\":%.3f,\"copy_gbps\":%.3f,"
 			       "\"ratio\":%.3f}\n", kvt_device_name(dev), (unsigned long long)ctxs[ci], n,
-			       bytes, bench_median(ta, reps) * 1e3, ga, gc, ga / gc);
+			       chunk, bytes, bench_median(ta, reps) * 1e3, ga, gc, ga / gc);
 		else
 			printf("%-6llu %8u %10.1f %12.1f %12.1f %7.2f\n", (unsigned long long)ctxs[ci], n,
 			       bytes / 1048576.0, ga, gc, ga / gc);
