@@ -295,6 +295,8 @@ struct bc_attn_case {
 	const char *what;
 	unsigned rows, n_head, n_kv, hd, pt, pages, last_ntok, calls;
 	int kv_type;
+	unsigned off;		/* bytes every page starts past a 16-byte boundary,
+				 * a multiple of the KV type's size */
 };
 
 /* Paged attention: pages in shuffled order over several calls, half of
@@ -304,14 +306,18 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 			 const char *name)
 {
 	static const struct bc_attn_case cases[] = {
-		{ "decode, GQA 4, d64, f16", 1, 8, 2, 64, 16, 37, 5, 1, KVT_KV_F16 },
-		{ "prefill 4 rows, MHA, d128, f32", 4, 4, 4, 128, 16, 9, 16, 3, KVT_KV_F32 },
-		{ "decode, GQA 8, d128, f16, 200 pages", 1, 32, 4, 128, 16, 200, 11, 4, KVT_KV_F16 },
-		{ "prefill 3 rows, d80, f16", 3, 6, 3, 80, 16, 12, 3, 2, KVT_KV_F16 },
-		{ "decode, MQA, d256, f16", 1, 2, 1, 256, 16, 3, 16, 1, KVT_KV_F16 },
+		{ "decode, GQA 4, d64, f16", 1, 8, 2, 64, 16, 37, 5, 1, KVT_KV_F16, 0 },
+		{ "prefill 4 rows, MHA, d128, f32", 4, 4, 4, 128, 16, 9, 16, 3, KVT_KV_F32, 0 },
+		{ "decode, GQA 8, d128, f16, 200 pages", 1, 32, 4, 128, 16, 200, 11, 4, KVT_KV_F16, 0 },
+		{ "prefill 3 rows, d80, f16", 3, 6, 3, 80, 16, 12, 3, 2, KVT_KV_F16, 0 },
+		{ "decode, MQA, d256, f16", 1, 2, 1, 256, 16, 3, 16, 1, KVT_KV_F16, 0 },
 		{ "prefill 128 rows, 150 calls of one page", 128, 8, 2, 64, 16, 150, 16, 150,
-		  KVT_KV_F16 },
-		{ "decode, 64-token pages, d96, f32", 1, 12, 4, 96, 64, 20, 40, 2, KVT_KV_F32 },
+		  KVT_KV_F16, 0 },
+		{ "decode, 64-token pages, d96, f32", 1, 12, 4, 96, 64, 20, 40, 2, KVT_KV_F32, 0 },
+		/* unaligned rows: a GPU reads them element by element, not
+		 * as vectors; and four query heads over three calls */
+		{ "decode, GQA 4, d128, f16, pages 2 bytes off", 1, 32, 8, 128, 16, 40, 7, 3,
+		  KVT_KV_F16, 2 },
 	};
 	const int in_place = dev->ops->host_addressable && dev->ops->register_host;
 
@@ -325,7 +331,7 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 			.rows = c->rows, .n_head = c->n_head, .n_kv_heads = c->n_kv, .head_dim = D,
 			.scale = 1.0f / sqrtf((float)D), .kv_type = c->kv_type,
 		};
-		size_t hostb = ((size_t)c->pages * 2 * pageb + 4095) / 4096 * 4096;
+		size_t hostb = ((size_t)c->pages * 2 * pageb + c->off + 4095) / 4096 * 4096;
 		uint8_t *kvh = NULL, *kvd;
 		float *q = malloc(qn * 4), *want = malloc(qn * 4), *got = malloc(qn * 4), *f;
 		uint32_t *qpos = malloc(c->rows * 4), *order = malloc(c->pages * 4);
@@ -341,10 +347,10 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 			for (int kv = 0; kv < 2; kv++) {
 				bc_fill(f, (size_t)c->pt * c->n_kv * D, 1.0f);
 				if (kvb == 2)
-					kvt_f32_to_f16((uint16_t *)(kvh + (2 * p + kv) * pageb), f,
-						       (size_t)c->pt * c->n_kv * D);
+					kvt_f32_to_f16((uint16_t *)(kvh + c->off + (2 * p + kv) * pageb),
+						       f, (size_t)c->pt * c->n_kv * D);
 				else
-					memcpy(kvh + (2 * p + kv) * pageb, f, pageb);
+					memcpy(kvh + c->off + (2 * p + kv) * pageb, f, pageb);
 			}
 		free(f);
 		bc_fill(q, qn, 2.0f);
@@ -355,9 +361,10 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 			CHECK_EQ(dev->ops->register_host(dev->ctx, kvh, hostb), 0);
 		for (unsigned p = 0; p < c->pages; p++) {
 			unsigned nt = p + 1 == c->pages ? c->last_ntok : c->pt;
-			const uint8_t *base = in_place && p % 2 ? kvh : kvd;
+			const uint8_t *base = (in_place && p % 2 ? kvh : kvd) + c->off;
 
-			rh[p] = (struct kvt_page_ref){ kvh + 2 * p * pageb, kvh + (2 * p + 1) * pageb,
+			rh[p] = (struct kvt_page_ref){ kvh + c->off + 2 * p * pageb,
+						      kvh + c->off + (2 * p + 1) * pageb,
 						      nt, p * c->pt, NULL, NULL };
 			rd[p] = (struct kvt_page_ref){ base + 2 * p * pageb, base + (2 * p + 1) * pageb,
 						      nt, p * c->pt, NULL, NULL };
