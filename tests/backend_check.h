@@ -314,6 +314,7 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 		{ "prefill 128 rows, 150 calls of one page", 128, 8, 2, 64, 16, 150, 16, 150,
 		  KVT_KV_F16, 0 },
 		{ "decode, 64-token pages, d96, f32", 1, 12, 4, 96, 64, 20, 40, 2, KVT_KV_F32, 0 },
+		{ "decode, GQA 4, d96, f16", 1, 16, 4, 96, 16, 30, 9, 2, KVT_KV_F16, 0 },
 		/* unaligned rows: a GPU reads them element by element, not
 		 * as vectors; and four query heads over three calls */
 		{ "decode, GQA 4, d128, f16, pages 2 bytes off", 1, 32, 8, 128, 16, 40, 7, 3,

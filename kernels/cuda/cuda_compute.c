@@ -588,7 +588,8 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, 0,
 					c->parts_used, addr % 16 == 0));
 	c->pg_used += n;
-	if (nsplit > c->parts_used)
+	/* A failed launch wrote none of its slots: none is folded into. */
+	if (!r && nsplit > c->parts_used)
 		c->parts_used = nsplit;
 	return r;
 }

@@ -440,7 +440,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const unsigned part = blockIdx.x, g = blockIdx.y, hd = a.head_dim;
 	const unsigned G = a.n_head / a.n_kv_heads;
-	const bool packed = aligned && hd == 32u * DPL;
+	const bool packed = packed_ok<DPL, KV>() && aligned && hd == 32u * DPL;
 	const size_t nq = (size_t)a.rows * G, kv_row = (size_t)a.n_kv_heads * hd;
 	/* part < nsplit, so p_begin < n_pages; the end is written so that
 	 * (part + 1) * per_part cannot wrap. */

@@ -52,8 +52,8 @@ int kvt_cu_q8_0_to_f16(cudaStream_t st, uint16_t *dst, const uint8_t *src, size_
  * each group's partial of the online softmax (running max m, sum l of
  * e^(s - m), unnormalised output o) lands in its own slot ("part") of the
  * partials buffer, and a merge folds the parts by log-sum-exp. Pages come
- * in any order and in as many calls as the runtime likes; each call
- * takes parts of its own.
+ * in any order and in as many calls as the runtime likes; a call folds
+ * its groups into the slots earlier calls of the same attention left.
  *
  * q is (rows, n_head, head_dim) f32, rotated, not yet scaled; qpos (rows)
  * the query positions; a page's token t is at pos0 + t and row r sees it
