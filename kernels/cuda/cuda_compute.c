@@ -585,8 +585,8 @@ static int cx_attn_pages(void *ctx, unsigned part, const struct kvt_page_ref *pg
 	want = want < 1 ? 1 : want > a->parts_cap ? a->parts_cap : want;
 	per = (n + want - 1) / want;
 	nsplit = (n + per - 1) / per;
-	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, 0,
-					c->parts_used, addr % 16 == 0));
+	r = LAUNCH(c, kvt_cu_attn_pages(c->st, a, c->pg_dev + c->pg_used, n, per, c->parts_used,
+					addr % 16 == 0));
 	c->pg_used += n;
 	/* A failed launch wrote none of its slots: none is folded into. */
 	if (!r && nsplit > c->parts_used)

@@ -409,7 +409,7 @@ __device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigne
 
 /*
  * One part of one call: pages [part * per_part, min(n_pages, (part + 1) *
- * per_part)) folded into partial slot part0 + part, or, below fold_end,
+ * per_part)) folded into partial slot part, or, below fold_end,
  * into the partial an earlier call left in that slot.
  *
  * Grid: x = part (gridDim.x = nsplit), y = KV head g, z = tile of query
@@ -431,7 +431,7 @@ __device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigne
 template <int DPL, int QM, typename KV>
 static __global__ void __launch_bounds__(ATT_THREADS)
 attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, unsigned n_pages,
-		  unsigned per_part, unsigned part0, unsigned fold_end, size_t ntiles, int aligned)
+		  unsigned per_part, unsigned fold_end, size_t ntiles, int aligned)
 {
 	constexpr int TOK = DPL > 4 ? 2 : 4;	/* rows in registers: 2 TOK DPL floats */
 	__shared__ float sh_o[ATT_WARPS][QM][DPL * 32];
@@ -446,7 +446,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 	 * (part + 1) * per_part cannot wrap. */
 	const unsigned p_begin = part * per_part;
 	const unsigned p_end = n_pages - p_begin > per_part ? p_begin + per_part : n_pages;
-	const size_t slot = (size_t)part0 + part;
+	const size_t slot = part;
 	const bool fold = slot < fold_end;
 
 	for (size_t tile = blockIdx.z; tile < ntiles; tile += gridDim.z) {
@@ -624,13 +624,13 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 template <int QM, typename KV>
 static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const struct kvt_cu_attn *a,
 			      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
-			      unsigned part0, unsigned fold_end, size_t ntiles, int aligned)
+			      unsigned fold_end, size_t ntiles, int aligned)
 {
 	switch (dpl) {
 #define CASE(N)                                                                         \
 	case N:                                                                         \
 		attn_pages_kernel<N, QM, KV><<<grid, ATT_THREADS, 0, st>>>(                  \
-			*a, pages, n_pages, per_part, part0, fold_end, ntiles, aligned);        \
+			*a, pages, n_pages, per_part, fold_end, ntiles, aligned);               \
 		break;
 	CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
@@ -657,9 +657,9 @@ extern "C" unsigned kvt_cu_attn_tiles(const struct kvt_cu_attn *a)
 
 extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 				 const struct kvt_cu_page *pages, unsigned n_pages,
-				 unsigned per_part, unsigned part0, unsigned fold_end, int aligned)
+				 unsigned per_part, unsigned fold_end, int aligned)
 {
-	size_t nsplit, ntiles, qm;
+	size_t nsplit, ntiles;
 	unsigned dpl;
 	dim3 grid;
 
@@ -672,11 +672,9 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 	if (!per_part || !pages)
 		return cudaErrorInvalidValue;
 	nsplit = n_pages / per_part + (n_pages % per_part != 0);
-	if ((size_t)part0 + nsplit > a->parts_cap || nsplit > 0x7fffffff ||
-	    fold_end > a->parts_cap)
+	if (nsplit > a->parts_cap || nsplit > 0x7fffffff || fold_end > a->parts_cap)
 		return cudaErrorInvalidValue;
-	qm = attn_qm(a);
-	ntiles = ((size_t)a->rows * (a->n_head / a->n_kv_heads) + qm - 1) / qm;
+	ntiles = kvt_cu_attn_tiles(a);
 	if (!ntiles)
 		return cudaSuccess;		/* no rows or no heads: nothing to write */
 	if (!a->q || !a->qpos || !a->pm || !a->pl || !a->po)
@@ -690,14 +688,14 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 	do {                                                                            \
 		if (a->kv_type == 0)                                                    \
 			attn_pages_launch<QM, __half>(st, grid, dpl, a, pages, n_pages,  \
-						      per_part, part0, fold_end, ntiles, \
+						      per_part, fold_end, ntiles,        \
 						      aligned);                          \
 		else                                                                    \
 			attn_pages_launch<QM, float>(st, grid, dpl, a, pages, n_pages,   \
-						     per_part, part0, fold_end, ntiles,  \
+						     per_part, fold_end, ntiles,         \
 						     aligned);                           \
 	} while (0)
-	if (qm == 4)
+	if (attn_qm(a) == 4)
 		LAUNCH_QM(4);
 	else
 		LAUNCH_QM(8);

@@ -77,7 +77,7 @@ struct kvt_cu_attn {
 	unsigned parts_cap;
 };
 
-/* Fold pages[0 .. n_pages) (device memory) into parts part0 .. part0 +
+/* Fold pages[0 .. n_pages) (device memory) into parts 0 ..
  * ceil(n_pages / per_part) - 1, per_part consecutive pages each. A part
  * below fold_end holds the partial of an earlier call of this attention
  * on the same stream, and is folded into; one at or past it is written.
@@ -87,7 +87,7 @@ struct kvt_cu_attn {
  * parts_cap or head_dim is over 256. */
 int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 		      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
-		      unsigned part0, unsigned fold_end, int aligned);
+		      unsigned fold_end, int aligned);
 
 /* The tiles of query vectors of one KV head that a kvt_cu_attn_pages
  * launch spreads over its blocks (0 for a shape it refuses). */
