@@ -180,8 +180,9 @@ struct kvt_compute_ops {
 		     unsigned rope_dim, const uint32_t *pos, const double *inv_freq);
 	/* g (n) = silu(g) * u */
 	int  (*swiglu)(void *ctx, float *g, const float *u, size_t n);
-	/* x (n) += y */
-	int  (*add)(void *ctx, float *x, const float *y, size_t n);
+	/* x (rows, n) += y (n) in every row: a residual with rows 1, a
+	 * bias (Qwen2's Q, K and V) with a row a token, in one call */
+	int  (*add)(void *ctx, float *x, const float *y, unsigned rows, size_t n);
 	/* dst (n) = src in kv_type (f16: round to nearest even; f32: a copy;
 	 * q8_0, q4_0: ggml's reference quantizers, n whole blocks). */
 	int  (*to_kv)(void *ctx, void *dst, const float *src, size_t n, int kv_type);

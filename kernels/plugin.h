@@ -22,7 +22,7 @@
 
 #include "kernels/device.h"
 
-#define KVT_PLUGIN_ABI		1
+#define KVT_PLUGIN_ABI		2
 #define KVT_PLUGIN_SYMBOL	"kvt_backend_plugin_v1"
 
 struct kvt_backend_plugin {

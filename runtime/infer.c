@@ -292,14 +292,10 @@ static int prepare(struct kvt_engine *e, const struct kvt_mat *w, struct kvt_mat
 	return r;
 }
 
-/* x (rows, n) += b in every row; b NULL: nothing. */
+/* x (rows, n) += b in every row, one call; b NULL: nothing. */
 static int add_bias(struct kvt_engine *e, float *x, const float *b, unsigned rows, size_t n)
 {
-	int r = 0;
-
-	for (unsigned i = 0; b && i < rows && !r; i++)
-		r = e->cx.ops->add(e->cx.ctx, x + i * n, b, n);
-	return r;
+	return b ? e->cx.ops->add(e->cx.ctx, x, b, rows, n) : 0;
 }
 
 /* The model's weights as the backend keeps them. */
@@ -1228,14 +1224,14 @@ static int forward_rows(struct kvt_engine *e, struct span *sp, unsigned nsp,
 		}
 		if ((ret = o->matmul_n(c, 1, &e->tmp, e->att, R,
 				       (const struct kvt_mat *const[]){ &W->wo })) ||
-		    (ret = o->add(c, e->x, e->tmp, R * E)) ||
+		    (ret = o->add(c, e->x, e->tmp, 1, R * E)) ||
 		    (ret = o->rmsnorm(c, e->xn, e->x, NULL, R, hp->n_embd, W->ffn_norm, hp->rms_eps)) ||
 		    (ret = o->matmul_n(c, 2, (float *const[]){ e->g, e->u }, e->xn, R,
 				       (const struct kvt_mat *const[]){ &W->w_gate, &W->w_up })) ||
 		    (ret = o->swiglu(c, e->g, e->u, R * hp->n_ff)) ||
 		    (ret = o->matmul_n(c, 1, &e->tmp, e->g, R,
 				       (const struct kvt_mat *const[]){ &W->w_down })) ||
-		    (ret = o->add(c, e->x, e->tmp, R * E)))
+		    (ret = o->add(c, e->x, e->tmp, 1, R * E)))
 			return ret;
 	}
 

@@ -259,14 +259,24 @@ static void bc_elementwise(struct kvt_compute *cx, struct kvt_compute *ref, cons
 	bc_get(cx, got, yd, N * 4);
 	bc_expect(name, "swiglu", got, a, N, 1e-12);
 
-	/* add: exact */
+	/* add: exact, as a residual (one row of N) and as a bias (y's
+	 * first n added to each of the rows) */
 	memcpy(a, x, N * 4);
 	CHECK_EQ(cx->ops->upload(cx->ctx, yd, x, N * 4), 0);
-	CHECK_EQ(ref->ops->add(ref->ctx, a, y, N), 0);
-	CHECK_EQ(cx->ops->add(cx->ctx, yd, xd, N), 0);
+	CHECK_EQ(ref->ops->add(ref->ctx, a, y, 1, N), 0);
+	CHECK_EQ(cx->ops->add(cx->ctx, yd, xd, 1, N), 0);
 	bc_get(cx, got, yd, N * 4);
 	CHECK(memcmp(got, a, N * 4) == 0);
 	printf("%-5s %-44s bit for bit\n", name, "add");
+	memcpy(a, x, N * 4);
+	for (unsigned r = 0; r < rows; r++)
+		for (unsigned i = 0; i < n; i++)
+			a[r * n + i] += y[i];
+	CHECK_EQ(cx->ops->upload(cx->ctx, yd, x, N * 4), 0);
+	CHECK_EQ(cx->ops->add(cx->ctx, yd, xd, rows, n), 0);
+	bc_get(cx, got, yd, N * 4);
+	CHECK(memcmp(got, a, N * 4) == 0);
+	printf("%-5s %-44s bit for bit\n", name, "add, a bias to each of 5 rows");
 
 	/* f32 -> f16: round to nearest even, bit for bit, with a subnormal,
 	 * an overflow and a negative zero among them */

@@ -540,13 +540,16 @@ static void do_add(void *ctx, struct work *w)
 	float *x = raw((void *)w->a[0]);
 	const float *y = raw((void *)w->a[1]);
 
-	for (size_t i = 0; i < (size_t)w->a[2]; i++)
-		x[i] += y[i];
+	const size_t n = (size_t)w->a[3];
+
+	for (size_t r = 0; r < (size_t)w->a[2]; r++, x += n)
+		for (size_t i = 0; i < n; i++)
+			x[i] += y[i];
 }
 
-static int cx_add(void *ctx, float *x, const float *y, size_t n)
+static int cx_add(void *ctx, float *x, const float *y, unsigned rows, size_t n)
 {
-	return Q(ctx, do_add, 0, (uintptr_t)x, (uintptr_t)y, n);
+	return Q(ctx, do_add, 0, (uintptr_t)x, (uintptr_t)y, rows, n);
 }
 
 static void do_to_kv(void *ctx, struct work *w)

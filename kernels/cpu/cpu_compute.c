@@ -232,10 +232,11 @@ static int cpu_swiglu(void *ctx, float *g, const float *u, size_t n)
 	return 0;
 }
 
-static int cpu_add(void *ctx, float *x, const float *y, size_t n)
+static int cpu_add(void *ctx, float *x, const float *y, unsigned rows, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		x[i] += y[i];
+	for (unsigned r = 0; r < rows; r++, x += n)
+		for (size_t i = 0; i < n; i++)
+			x[i] += y[i];
 	return 0;
 }
 

@@ -466,14 +466,14 @@ static int cx_swiglu(void *ctx, float *g, const float *u, size_t n)
 	return LAUNCH(c, kvt_cu_swiglu(c->st, g, u, n));
 }
 
-static int cx_add(void *ctx, float *x, const float *y, size_t n)
+static int cx_add(void *ctx, float *x, const float *y, unsigned rows, size_t n)
 {
 	struct cuda_cx *c = ctx;
 	int r;
 
 	if ((r = busy(c)))
 		return r;
-	return LAUNCH(c, kvt_cu_add(c->st, x, y, n));
+	return LAUNCH(c, kvt_cu_add(c->st, x, y, rows, n));
 }
 
 static int cx_to_kv(void *ctx, void *dst, const float *src, size_t n, int kv_type)

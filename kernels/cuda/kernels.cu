@@ -213,22 +213,37 @@ extern "C" int kvt_cu_swiglu(cudaStream_t st, float *g, const float *u, size_t n
 	return (int)cudaGetLastError();
 }
 
-/* One thread per value, grid-stride. */
+/* x (rows, n) += y (n) in every row: one thread per value of a row,
+ * grid-stride along it (grid x), rows strided over grid y, so that no
+ * thread divides. */
 static __global__ void __launch_bounds__(EW_THREADS)
-add_kernel(float *x, const float *y, size_t n)
+add_kernel(float *x, const float *y, unsigned rows, size_t n)
 {
-	GRID_STRIDE(i, n)
-		x[i] += y[i];
+	for (unsigned r = blockIdx.y; r < rows; r += gridDim.y) {
+		float *xr = x + (size_t)r * n;
+
+		GRID_STRIDE(i, n)
+			xr[i] += y[i];
+	}
 }
 
-extern "C" int kvt_cu_add(cudaStream_t st, float *x, const float *y, size_t n)
+extern "C" int kvt_cu_add(cudaStream_t st, float *x, const float *y, unsigned rows, size_t n)
 {
-	if (!n)
+	if (!rows || !n)
 		return cudaSuccess;
 	if (!x || !y)
 		return cudaErrorInvalidValue;
+
+	/* grid y: a row a block row, under the grid's caps */
+	const unsigned bx = ew_blocks(n);
+	unsigned by = rows;
+
+	if (by > EW_MAX_BLOCKS / bx)
+		by = EW_MAX_BLOCKS / bx;
+	if (by > ROW_MAX_BLOCKS)
+		by = ROW_MAX_BLOCKS;
 	clear_stale();
-	add_kernel<<<ew_blocks(n), EW_THREADS, 0, st>>>(x, y, n);
+	add_kernel<<<dim3(bx, by), EW_THREADS, 0, st>>>(x, y, rows, n);
 	return (int)cudaGetLastError();
 }
 

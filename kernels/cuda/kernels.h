@@ -38,7 +38,7 @@ int kvt_cu_rope(cudaStream_t st, float *x, unsigned rows, unsigned n_heads, unsi
 /* g (n) = g / (1 + expf(-g)) * u */
 int kvt_cu_swiglu(cudaStream_t st, float *g, const float *u, size_t n);
 /* x (n) += y */
-int kvt_cu_add(cudaStream_t st, float *x, const float *y, size_t n);
+int kvt_cu_add(cudaStream_t st, float *x, const float *y, unsigned rows, size_t n);
 
 /* Conversions (n values): f32 -> IEEE half or bfloat16, round to nearest
  * even; Q8_0 blocks (34 bytes: an f16 scale d, then 32 int8 q; 2-byte
