@@ -37,7 +37,7 @@ int kvt_cu_rope(cudaStream_t st, float *x, unsigned rows, unsigned n_heads, unsi
 
 /* g (n) = g / (1 + expf(-g)) * u */
 int kvt_cu_swiglu(cudaStream_t st, float *g, const float *u, size_t n);
-/* x (n) += y */
+/* x (rows, n) += y (n) in every row */
 int kvt_cu_add(cudaStream_t st, float *x, const float *y, unsigned rows, size_t n);
 
 /* Conversions (n values): f32 -> IEEE half or bfloat16, round to nearest
