@@ -319,6 +319,9 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 		{ "decode, GQA 4, d64, f16", 1, 8, 2, 64, 16, 37, 5, 1, KVT_KV_F16, 0 },
 		{ "prefill 4 rows, MHA, d128, f32", 4, 4, 4, 128, 16, 9, 16, 3, KVT_KV_F32, 0 },
 		{ "decode, GQA 8, d128, f16, 200 pages", 1, 32, 4, 128, 16, 200, 11, 4, KVT_KV_F16, 0 },
+		/* a GPU reads two tokens a warp side by side here */
+		{ "decode, GQA 4, d128, f16, 70 pages", 1, 32, 8, 128, 16, 70, 13, 3, KVT_KV_F16, 0 },
+		{ "decode, GQA 2, d128, f32", 1, 8, 4, 128, 16, 11, 5, 2, KVT_KV_F32, 0 },
 		{ "prefill 3 rows, d80, f16", 3, 6, 3, 80, 16, 12, 3, 2, KVT_KV_F16, 0 },
 		{ "decode, MQA, d256, f16", 1, 2, 1, 256, 16, 3, 16, 1, KVT_KV_F16, 0 },
 		{ "prefill 128 rows, 150 calls of one page", 128, 8, 2, 64, 16, 150, 16, 150,

@@ -63,6 +63,16 @@ __device__ __forceinline__ float warp_sum(float v)
 	return v;
 }
 
+/* v summed over each run of L lanes (a power of two, at most 32): every
+ * lane gets its run's sum. */
+template <unsigned L>
+__device__ __forceinline__ float lanes_sum(float v)
+{
+	for (unsigned off = L / 2; off > 0; off >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
 __device__ __forceinline__ double warp_sum_d(double v)
 {
 	for (int off = 16; off > 0; off >>= 1)
@@ -323,6 +333,9 @@ extern "C" int kvt_cu_q8_0_to_f16(cudaStream_t st, uint16_t *dst, const uint8_t 
 #define ATT_WARPS	4		/* warps per block */
 #define ATT_THREADS	(ATT_WARPS * 32)
 #define ATT_DPL_MAX	8		/* dims per lane: head_dim <= 256 */
+#ifndef ATT_SUB2_BLOCKS
+#define ATT_SUB2_BLOCKS	4		/* blocks an SM the SUB 2 kernels fit registers to */
+#endif
 #define MERGE_WARPS	8		/* warps per block of the merge */
 #define MERGE_THREADS	(MERGE_WARPS * 32)
 
@@ -434,28 +447,38 @@ __device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigne
  *
  * Block: ATT_WARPS warps. Every warp holds the state of all of the tile's
  * query vectors (q scaled, running max m, sum l, output o) and walks every
- * page of the part, TOK tokens at a time: warp w takes tokens TOK w ..
- * TOK w + TOK - 1 of each run of ATT_WARPS TOK. It loads the K and V rows
- * of all TOK tokens first, so that each warp has TOK rows' loads in
- * flight, then folds them into each vector's state at one rescale. A
- * token's score is the warp-reduced dot product, so it and every branch
- * on it are the same in all lanes. At the end the warps' states are
- * folded through shared memory, the block's threads spread over (vector,
- * dim).
+ * page of the part, TOK SUB tokens at a time: warp w takes tokens TOK SUB
+ * w .. TOK SUB (w + 1) - 1 of each run of ATT_WARPS TOK SUB. It loads the
+ * K and V rows of all of them first, so that each warp has TOK SUB rows'
+ * loads in flight, then folds them into each vector's state at one
+ * rescale.
+ *
+ * SUB is the tokens a warp reads side by side: one, the warp's 32 lanes
+ * over a row; or two, each half of the warp over the row of its own token
+ * (packed rows only, head_dim 16 DPL). A token's score is the dot product
+ * reduced over its lanes (five shuffles a token and vector with SUB 1,
+ * four for two tokens with SUB 2: the shuffles, not the loads, bound the
+ * kernel at SUB 1), so it and every branch on it are the same in all of
+ * them. With SUB 2 each half keeps its own state, and the two meet once,
+ * at the end, through shuffles. Then the warps' states are folded through
+ * shared memory, the block's threads spread over (vector, dim).
  */
-template <int DPL, int QM, typename KV>
-static __global__ void __launch_bounds__(ATT_THREADS)
+template <int DPL, int QM, typename KV, int SUB>
+static __global__ void __launch_bounds__(ATT_THREADS, SUB == 2 ? ATT_SUB2_BLOCKS : 1)
 attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, unsigned n_pages,
 		  unsigned per_part, unsigned fold_end, size_t ntiles, int aligned)
 {
 	constexpr int TOK = DPL > 4 ? 2 : 4;	/* rows in registers: 2 TOK DPL floats */
-	__shared__ float sh_o[ATT_WARPS][QM][DPL * 32];
+	constexpr unsigned LPT = 32 / SUB;	/* lanes a token */
+	constexpr unsigned RUN = TOK * SUB;	/* tokens a warp loads at once */
+	__shared__ float sh_o[ATT_WARPS][QM][DPL * LPT];
 	__shared__ float sh_m[ATT_WARPS][QM], sh_l[ATT_WARPS][QM];
 	__shared__ float sh_pm[QM], sh_pl[QM];	/* the slot's earlier partial */
 	const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const unsigned sub = lane / LPT, dl = lane % LPT;	/* token, lane in it */
 	const unsigned part = blockIdx.x, g = blockIdx.y, hd = a.head_dim;
 	const unsigned G = a.n_head / a.n_kv_heads;
-	const bool packed = packed_ok<DPL, KV>() && aligned && hd == 32u * DPL;
+	const bool packed = SUB > 1 || (packed_ok<DPL, KV>() && aligned && hd == 32u * DPL);
 	const size_t nq = (size_t)a.rows * G, kv_row = (size_t)a.n_kv_heads * hd;
 	/* part < nsplit, so p_begin < n_pages; the end is written so that
 	 * (part + 1) * per_part cannot wrap. */
@@ -490,7 +513,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 				qp[j] = a.qpos[r];
 #pragma unroll
 				for (int i = 0; i < DPL; i++) {
-					unsigned d = att_dim(packed, DPL, lane, i);
+					unsigned d = att_dim(packed, DPL, dl, i);
 
 					if (d < hd)
 						qreg[j][i] = qv[d] * a.scale;
@@ -511,16 +534,16 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 				nv[j] = (unsigned)j < nj ? visible(qp[j], pg.pos0, pg.ntok) : 0;
 				tmax = nv[j] > tmax ? nv[j] : tmax;
 			}
-			for (unsigned t0 = warp * TOK; t0 < tmax; t0 += ATT_WARPS * TOK) {
+			for (unsigned t0 = warp * RUN; t0 < tmax; t0 += ATT_WARPS * RUN) {
 				float kf[TOK][DPL], vf[TOK][DPL];
 
 #pragma unroll
 				for (int u = 0; u < TOK; u++) {
-					const unsigned t = t0 + u;
+					const unsigned t = t0 + u * SUB + sub;
 
 					if (t < tmax) {
-						load_row<DPL, KV>(kf[u], kb + t * kv_row, lane, hd, packed);
-						load_row<DPL, KV>(vf[u], vb + t * kv_row, lane, hd, packed);
+						load_row<DPL, KV>(kf[u], kb + t * kv_row, dl, hd, packed);
+						load_row<DPL, KV>(vf[u], vb + t * kv_row, dl, hd, packed);
 					} else {
 #pragma unroll
 						for (int i = 0; i < DPL; i++)
@@ -531,7 +554,8 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 				for (int j = 0; j < QM; j++) {
 					float s[TOK], mx;
 
-					/* none of the run visible to row j / G */
+					/* none of the run visible to row j / G (the
+					 * same in every lane) */
 					if ((unsigned)j >= nj || t0 >= nv[j])
 						continue;
 #pragma unroll
@@ -544,8 +568,8 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 					mx = m[j];
 #pragma unroll
 					for (int u = 0; u < TOK; u++) {
-						s[u] = warp_sum(s[u]);
-						if (t0 + u < nv[j] && s[u] > mx)
+						s[u] = lanes_sum<LPT>(s[u]);
+						if (t0 + u * SUB + sub < nv[j] && s[u] > mx)
 							mx = s[u];
 					}
 					if (mx > m[j]) {
@@ -563,7 +587,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 					for (int u = 0; u < TOK; u++) {
 						float e;
 
-						if (t0 + u >= nv[j])
+						if (t0 + u * SUB + sub >= nv[j])
 							continue;
 						e = expf(s[u] - m[j]);
 						l[j] += e;
@@ -575,13 +599,35 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 			}
 		}
 
+		/* With SUB 2, the halves' states meet: in every lane, for
+		 * the lane of the other half that holds the same dims. */
+		if constexpr (SUB == 2) {
+#pragma unroll
+			for (int j = 0; j < QM; j++) {
+				float mo = __shfl_xor_sync(0xffffffffu, m[j], 16);
+				float lo = __shfl_xor_sync(0xffffffffu, l[j], 16);
+				float mx = fmaxf(m[j], mo);
+				/* a half that saw nothing weighs 0 (and its l, o are 0) */
+				float c = m[j] == -INFINITY ? 0.0f : expf(m[j] - mx);
+				float co = mo == -INFINITY ? 0.0f : expf(mo - mx);
+
+				l[j] = l[j] * c + lo * co;
+#pragma unroll
+				for (int i = 0; i < DPL; i++)
+					o[j][i] = o[j][i] * c +
+						  __shfl_xor_sync(0xffffffffu, o[j][i], 16) * co;
+				m[j] = mx;
+			}
+		}
 		/* Fold the warps: every warp's state to shared memory, and
 		 * the slot's earlier m and l where there is one. */
 #pragma unroll
 		for (int j = 0; j < QM; j++) {
+			if (sub == 0) {
 #pragma unroll
-			for (int i = 0; i < DPL; i++)
-				sh_o[warp][j][att_dim(packed, DPL, lane, i)] = o[j][i];
+				for (int i = 0; i < DPL; i++)
+					sh_o[warp][j][att_dim(packed, DPL, dl, i)] = o[j][i];
+			}
 			if (lane == 0) {
 				sh_m[warp][j] = m[j];
 				sh_l[warp][j] = l[j];
@@ -636,7 +682,7 @@ attn_pages_kernel(const struct kvt_cu_attn a, const struct kvt_cu_page *pages, u
 	}
 }
 
-template <int QM, typename KV>
+template <int QM, typename KV, int SUB>
 static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const struct kvt_cu_attn *a,
 			      const struct kvt_cu_page *pages, unsigned n_pages, unsigned per_part,
 			      unsigned fold_end, size_t ntiles, int aligned)
@@ -644,8 +690,9 @@ static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const st
 	switch (dpl) {
 #define CASE(N)                                                                         \
 	case N:                                                                         \
-		attn_pages_kernel<N, QM, KV><<<grid, ATT_THREADS, 0, st>>>(                  \
-			*a, pages, n_pages, per_part, fold_end, ntiles, aligned);               \
+		if constexpr (SUB == 1 || packed_ok<N, KV>())                           \
+			attn_pages_kernel<N, QM, KV, SUB><<<grid, ATT_THREADS, 0, st>>>(     \
+				*a, pages, n_pages, per_part, fold_end, ntiles, aligned);       \
 		break;
 	CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
@@ -657,6 +704,18 @@ static void attn_pages_launch(cudaStream_t st, dim3 grid, unsigned dpl, const st
 static unsigned attn_qm(const struct kvt_cu_attn *a)
 {
 	return (size_t)a->rows * (a->n_head / a->n_kv_heads) <= 4 ? 4 : 8;
+}
+
+/* Whether a call reads two tokens a warp side by side (SUB 2): four
+ * vectors a block (eight would hold twice the registers), pages 16-byte
+ * aligned, and head_dim 16 DPL for a DPL the packed rows take. */
+static bool attn_sub2(const struct kvt_cu_attn *a, int aligned)
+{
+	unsigned hd = a->head_dim, dpl = hd / 16;
+
+	if (attn_qm(a) != 4 || !aligned || hd % 16 || !dpl || dpl > ATT_DPL_MAX)
+		return false;
+	return a->kv_type == 0 ? dpl % 2 == 0 : dpl > 1;	/* packed_ok */
 }
 
 extern "C" unsigned kvt_cu_attn_tiles(const struct kvt_cu_attn *a)
@@ -676,6 +735,7 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 {
 	size_t nsplit, ntiles;
 	unsigned dpl;
+	bool sub2;
 	dim3 grid;
 
 	if (!a || !a->head_dim || a->head_dim > 32 * ATT_DPL_MAX || !a->n_kv_heads ||
@@ -694,27 +754,30 @@ extern "C" int kvt_cu_attn_pages(cudaStream_t st, const struct kvt_cu_attn *a,
 		return cudaSuccess;		/* no rows or no heads: nothing to write */
 	if (!a->q || !a->qpos || !a->pm || !a->pl || !a->po)
 		return cudaErrorInvalidValue;
-	dpl = (a->head_dim + 31) / 32;
+	sub2 = attn_sub2(a, aligned);
+	dpl = sub2 ? a->head_dim / 16 : (a->head_dim + 31) / 32;
 	/* The z tiles are walked grid-stride: 65535 blocks is the limit in z. */
 	grid = dim3((unsigned)nsplit, a->n_kv_heads,
 		    ntiles > 65535 ? 65535u : (unsigned)ntiles);
 	clear_stale();
-#define LAUNCH_QM(QM)                                                                   \
+#define LAUNCH(QM, SUB)                                                                 \
 	do {                                                                            \
 		if (a->kv_type == 0)                                                    \
-			attn_pages_launch<QM, __half>(st, grid, dpl, a, pages, n_pages,  \
-						      per_part, fold_end, ntiles,        \
-						      aligned);                          \
+			attn_pages_launch<QM, __half, SUB>(st, grid, dpl, a, pages,      \
+							   n_pages, per_part, fold_end,  \
+							   ntiles, aligned);             \
 		else                                                                    \
-			attn_pages_launch<QM, float>(st, grid, dpl, a, pages, n_pages,   \
-						     per_part, fold_end, ntiles,         \
-						     aligned);                           \
+			attn_pages_launch<QM, float, SUB>(st, grid, dpl, a, pages,       \
+							  n_pages, per_part, fold_end,   \
+							  ntiles, aligned);              \
 	} while (0)
-	if (attn_qm(a) == 4)
-		LAUNCH_QM(4);
+	if (sub2)
+		LAUNCH(4, 2);
+	else if (attn_qm(a) == 4)
+		LAUNCH(4, 1);
 	else
-		LAUNCH_QM(8);
-#undef LAUNCH_QM
+		LAUNCH(8, 1);
+#undef LAUNCH
 	return (int)cudaGetLastError();
 }
 
