@@ -863,8 +863,10 @@ static void attn_task(void *arg, unsigned task, unsigned thread)
 		__atomic_store_n(&j->err, err, __ATOMIC_RELAXED);
 }
 
-/* Most pages in one attn_pages call of an async backend. */
-#define ASYNC_CHUNK 1024
+/* Most pages in one attn_pages call of an async backend: 256K tokens of
+ * 16-token pages in one call (docs/benchmarks.md, "Decode attention on
+ * the GPU": each call ends in a tail of half-idle SMs). */
+#define ASYNC_CHUNK 16384
 
 /* The job's pages on an async backend (a GPU): one thread acquires them
  * all as one held batch and hands them to the kernels in chunks, as many

@@ -9,7 +9,7 @@
  *
  * The pages live in the device's memory (the fast tier), handed to the
  * kernels as the runtime does: on an asynchronous backend in calls of
- * --chunk pages (1024, the runtime's), on the cpu one contiguous run per
+ * --chunk pages (16384, the runtime's), on the cpu one contiguous run per
  * thread.
  */
 #include <errno.h>
@@ -78,7 +78,7 @@ int bench_attn(int argc, char **argv)
 {
 	uint64_t ctxs[16];
 	int nctx = bench_parse_list("4K,16K,64K", ctxs, 16), reps = 5, json = 0, c, r;
-	unsigned heads = 32, kv_heads = 8, hd = 128, pt = 16, threads = 0, chunk = 1024;
+	unsigned heads = 32, kv_heads = 8, hd = 128, pt = 16, threads = 0, chunk = 16384;
 	int kvt = KVT_KV_F16;
 	const char *devname = "cpu";
 	static const struct option opts[] = {

@@ -34,7 +34,9 @@
 #include "kernels/cuda/kernels.h"
 
 #define PART_BUDGET	(64ull << 20)	/* bytes of attention partials, at least */
+#ifndef ATT_BLOCKS_PER_SM
 #define ATT_BLOCKS_PER_SM 4		/* attention blocks a call aims at, per SM */
+#endif
 
 struct cuda_cx {
 	struct cuda_dev *d;
