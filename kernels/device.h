@@ -31,8 +31,11 @@ struct kvt_device_ops {
 	int  (*register_host)(void *ctx, void *p, size_t bytes);
 	void (*unregister_host)(void *ctx, void *p);
 	/* Queue a copy; *fence is set to a value that fence_wait/done accept.
-	 * Copies in one direction complete in order (D2D in H2D's order).
-	 * Optional: without it the wrapper copies synchronously. */
+	 * Copies in one direction complete in order (D2D in H2D's order): a
+	 * fence is done once every copy queued before it in its direction
+	 * is. Fences of a direction never decrease; copies may share one.
+	 * Both ends stay untouched until the fence is done. Optional:
+	 * without it the wrapper copies synchronously. */
 	int  (*copy_async)(void *ctx, void *dst, const void *src, size_t bytes,
 			   int dir, uint64_t *fence);
 	int  (*fence_wait)(void *ctx, uint64_t fence);	/* 0 or -errno */

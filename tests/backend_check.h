@@ -426,12 +426,74 @@ static void bc_attention(struct kvt_device *dev, struct kvt_compute *cx, struct 
 	}
 }
 
-/* Every op of dev's kernels against the cpu kernels. */
+/* The device's copies as the pager makes them, and as a device that
+ * gathers them into batches must keep them: pages queued with no wait
+ * between them, then copies that depend on queued ones (device to device
+ * from pages just copied up, a page written twice), and one from pageable
+ * memory among them. */
+static void bc_copies(struct kvt_device *dev, const char *name)
+{
+	const size_t sz = 64 << 10, n = 96;
+	uint8_t *h = aligned_alloc(4096, sz * n), *h2 = aligned_alloc(4096, sz * n);
+	uint8_t *pageable = malloc(sz), *d1, *d2;
+	uint64_t f = 0, last = 0;
+
+	CHECK(h && h2 && pageable);
+	for (size_t i = 0; i < sz * n; i++)
+		h[i] = (uint8_t)(i * 2654435761u >> 13);
+	memset(h2, 0, sz * n);
+	if (dev->ops->register_host) {
+		CHECK_EQ(dev->ops->register_host(dev->ctx, h, sz * n), 0);
+		CHECK_EQ(dev->ops->register_host(dev->ctx, h2, sz * n), 0);
+	}
+	CHECK_EQ(dev->ops->alloc(dev->ctx, sz * n, (void **)&d1), 0);
+	CHECK_EQ(dev->ops->alloc(dev->ctx, sz * n, (void **)&d2), 0);
+	/* Fences of a direction never decrease (copies may share one). */
+	for (size_t i = 0; i < n; i++) {
+		CHECK_EQ(kvt_dev_copy_async(dev, d1 + i * sz, h + i * sz, sz, KVT_H2D, &f), 0);
+		CHECK(f >= last);
+		last = f;
+	}
+	/* Device to device goes in host to device's order. */
+	for (size_t i = 0; i < n; i++) {
+		CHECK_EQ(kvt_dev_copy_async(dev, d2 + i * sz, d1 + i * sz, sz, KVT_D2D, &f), 0);
+		CHECK(f >= last);
+		last = f;
+	}
+	/* Page 0 of d1 written twice: the second copy's bytes stay. */
+	CHECK_EQ(kvt_dev_copy_async(dev, d1, h + sz, sz, KVT_H2D, &f), 0);
+	CHECK_EQ(kvt_dev_copy_async(dev, d1, h + 2 * sz, sz, KVT_H2D, &f), 0);
+	memset(pageable, 0x5a, sz);
+	CHECK_EQ(kvt_dev_copy_async(dev, d1 + sz, pageable, sz, KVT_H2D, &f), 0);
+	CHECK(f >= last);
+	CHECK_EQ(kvt_dev_fence_wait(dev, f), 0);
+	CHECK_EQ(kvt_dev_fence_done(dev, f), 1);
+	CHECK_EQ(kvt_dev_fence_done(dev, 0), 1);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(kvt_dev_copy_async(dev, h2 + i * sz, d2 + i * sz, sz, KVT_D2H, &f), 0);
+	CHECK_EQ(kvt_dev_fence_wait(dev, f), 0);
+	CHECK(memcmp(h2, h, sz * n) == 0);
+	CHECK_EQ(kvt_dev_copy(dev, h2, d1, 2 * sz, KVT_D2H), 0);
+	CHECK(memcmp(h2, h + 2 * sz, sz) == 0);
+	for (size_t i = 0; i < sz; i++)
+		CHECK_EQ(h2[sz + i], 0x5a);
+	dev->ops->free(dev->ctx, d1, sz * n);
+	dev->ops->free(dev->ctx, d2, sz * n);
+	if (dev->ops->unregister_host) {
+		dev->ops->unregister_host(dev->ctx, h);
+		dev->ops->unregister_host(dev->ctx, h2);
+	}
+	free(h); free(h2); free(pageable);
+	printf("%-5s %-44s bit for bit\n", name, "copies: queued, dependent, pageable");
+}
+
+/* Every op of dev's kernels against the cpu kernels, and its copies. */
 static void bc_ops(struct kvt_device *dev, const char *name)
 {
 	struct kvt_compute cx, ref;
 	char err[256];
 
+	bc_copies(dev, name);
 	CHECK_EQ(kvt_compute_open(dev, 1, &cx, err, sizeof(err)), 0);
 	CHECK_EQ(kvt_compute_open(NULL, 1, &ref, err, sizeof(err)), 0);
 	bc_matmul(&cx, &ref, name);

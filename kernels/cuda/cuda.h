@@ -12,17 +12,30 @@
 #include "kernels/device.h"
 
 #define CUDA_NEV	1024	/* fence events per copy direction */
+#define CUDA_BATCH	64	/* copies one cudaMemcpyBatchAsync takes, at most */
 
-/* One copy direction: a stream and a ring of events, the fences. Copies
- * complete in stream order, so fence n is done once any fence >= n is,
- * and a fence whose event was recorded again for a later copy waits for
- * that one (later, never wrong). */
+/* One copy direction: a stream, the open batch, and a ring of events, the
+ * fences. Copies join the open batch, which goes onto the stream as one
+ * cudaMemcpyBatchAsync (a copy a call costs the stream a few µs each:
+ * docs/benchmarks.md, "Small copies on the GPU") when it is full, when
+ * the stream has nothing left to do, when one of its fences is asked
+ * after, or before a copy that must not wait or that touches its bytes.
+ * A fence is its batch's number; batches complete in stream order, so
+ * fence n is done once any fence >= n is, and a fence whose event was
+ * recorded again for a later batch waits for that one (later, never
+ * wrong). */
 struct cuda_ring {
 	pthread_mutex_t lock;
 	cudaStream_t	st;
-	cudaEvent_t	ev[CUDA_NEV];
-	uint64_t	next;		/* the next fence's sequence number (from 1) */
-	uint64_t	done;		/* fences <= done are known complete */
+	cudaEvent_t	ev[CUDA_NEV];	/* ev[b % CUDA_NEV]: the end of batch b */
+	uint64_t	next;		/* the open batch's number (from 1) */
+	uint64_t	done;		/* batches <= done are known complete */
+	uint64_t	bad;		/* the last batch that failed to queue, */
+	int		bad_err;	/* and why (-errno) */
+	unsigned	npend;		/* copies in the open batch */
+	void		*pdst[CUDA_BATCH];
+	const void	*psrc[CUDA_BATCH];
+	size_t		plen[CUDA_BATCH];
 	/* Busy time: a segment opens with an event at the first copy queued
 	 * on an idle stream and closes when its last copy is seen done. */
 	cudaEvent_t	seg_start;
@@ -54,6 +67,7 @@ struct cuda_dev {
 	int	 numa_node;
 	char	 pci[32];
 	int	 can_map;		/* kernels read registered host memory at its address */
+	int	 no_batch;		/* the driver refused cudaMemcpyBatchAsync */
 	double	 in_place_gbps, copy_up_gbps;
 };
 

@@ -4,7 +4,8 @@
  * for the fast tier (cudaMalloc, never managed memory), the host tier
  * registered with cudaHostRegister (mapped, in chunks of at most 1 GiB,
  * registered by several threads at once), and copies on one stream per
- * direction with CUDA events as the fences.
+ * direction, gathered into batches while the stream is busy, with CUDA
+ * events as the fences.
  *
  * Whether attention should read host-tier pages in place (over PCIe, from
  * the mapped registration) or have them copied up first is measured when
@@ -205,71 +206,170 @@ static void ring_done(struct cuda_dev *d, struct cuda_ring *g, uint64_t seq)
 	}
 }
 
+/* Whether the host end of a copy is registered (pinned) memory: only such
+ * a copy joins a batch. One to or from pageable memory (an append's
+ * source can be) goes alone, as a cudaMemcpyAsync that stages it, as it
+ * always did; how cudaMemcpyBatchAsync would treat it is not relied on. A
+ * copy that names a host end it did not register (dir H2D from device
+ * memory, say) is taken as pageable. */
+static int pinned_ends(struct cuda_dev *d, const void *dst, const void *src, size_t bytes, int dir)
+{
+	const uint8_t *h = dir == KVT_H2D ? src : dir == KVT_D2H ? dst : NULL;
+	int in = 0;
+
+	if (!h)
+		return 1;		/* device to device */
+	pthread_mutex_lock(&d->reg_lock);
+	for (unsigned i = 0; i < d->nregs && !in; i++) {
+		const uint8_t *b = d->regs[i].base;
+
+		in = h >= b && bytes <= d->regs[i].bytes && (size_t)(h - b) <= d->regs[i].bytes - bytes;
+	}
+	pthread_mutex_unlock(&d->reg_lock);
+	return in;
+}
+
+static int overlap(const void *a, size_t an, const void *b, size_t bn)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y + bn && y < x + an;
+}
+
+/* Lock held: whether a copy depends on one in the open batch (reads what
+ * it writes, writes what it reads or writes): the copies of one batch run
+ * in any order. */
+static int depends(const struct cuda_ring *g, const void *dst, const void *src, size_t bytes)
+{
+	for (unsigned i = 0; i < g->npend; i++)
+		if (overlap(src, bytes, g->pdst[i], g->plen[i]) ||
+		    overlap(dst, bytes, g->psrc[i], g->plen[i]) ||
+		    overlap(dst, bytes, g->pdst[i], g->plen[i]))
+			return 1;
+	return 0;
+}
+
+/* Lock held: the open batch onto the stream, then its event; a batch of
+ * one is a plain cudaMemcpyAsync. The next batch opens whatever happens.
+ * A batch that failed to queue is remembered (bad): its fence reports the
+ * error; what of it was queued has finished when this returns. */
+static int ring_flush(struct cuda_dev *d, struct cuda_ring *g)
+{
+	const uint64_t b = g->next;
+	int r, opening = 0, batched = 0;
+
+	if (!g->npend)
+		return 0;
+	if (!g->seg_open && !CU(d->self, cudaEventRecord(g->seg_start, g->st)))
+		opening = 1;
+	if (g->npend > 1 && !d->no_batch) {
+		struct cudaMemcpyAttributes at = { .srcAccessOrder = cudaMemcpySrcAccessOrderStream };
+		size_t first = 0;
+
+		if (cudaMemcpyBatchAsync(g->pdst, g->psrc, g->plen, g->npend, &at, &first, 1,
+					 g->st) == cudaSuccess) {
+			batched = 1;
+		} else {
+			/* Refused (a driver without it): a copy a call from now on. */
+			cudaGetLastError();
+			d->no_batch = 1;
+			kvt_dev_log(d->self, KVT_LOG_WARN,
+				    "cuda: cudaMemcpyBatchAsync refused: copies go one a call");
+		}
+	}
+	/* cudaMemcpyDefault: unified addressing tells host from device. */
+	r = 0;
+	for (unsigned i = 0; !batched && !r && i < g->npend; i++)
+		r = CU(d->self, cudaMemcpyAsync(g->pdst[i], g->psrc[i], g->plen[i], cudaMemcpyDefault,
+						g->st));
+	g->npend = 0;
+	g->next++;
+	if (!r)
+		r = CU(d->self, cudaEventRecord(g->ev[b % CUDA_NEV], g->st));
+	if (!r) {
+		/* The segment opens only with a batch and its event queued
+		 * behind seg_start: a segment whose seg_last is an older
+		 * batch would be closed at once, timing an event recorded
+		 * after its end (and maybe not done). */
+		if (opening)
+			g->seg_open = 1;
+		if (g->seg_open)
+			g->seg_last = b;
+		return 0;
+	}
+	/* The callers, told it failed, will reuse the copies' ends: let
+	 * whatever was queued finish first. */
+	cudaStreamSynchronize(g->st);
+	g->bad = b;
+	g->bad_err = r;
+	return r;
+}
+
 static int cu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int dir,
 			 uint64_t *fence)
 {
 	struct cuda_dev *d = ctx;
 	struct cuda_ring *g;
-	uint64_t seq;
-	int r, opening = 0;
+	uint64_t b;
+	int r, pinned;
 
 	if (dir != KVT_H2D && dir != KVT_D2H && dir != KVT_D2D)
 		return -EINVAL;
 	if ((r = kvt_cuda_enter(d)))
 		return r;
+	pinned = pinned_ends(d, dst, src, bytes, dir);
 	g = &d->ring[dir == KVT_D2H];
 	pthread_mutex_lock(&g->lock);
 	if (g->seg_open && cudaEventQuery(g->ev[g->seg_last % CUDA_NEV]) == cudaSuccess)
 		ring_done(d, g, g->seg_last);
-	if (!g->seg_open && !CU(d->self, cudaEventRecord(g->seg_start, g->st)))
-		opening = 1;
-	/* cudaMemcpyDefault: unified addressing tells host from device, and
-	 * the pager hands pageable memory too (an append's source). */
-	r = CU(d->self, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->st));
-	if (!r) {
-		seq = g->next++;
-		r = CU(d->self, cudaEventRecord(g->ev[seq % CUDA_NEV], g->st));
-		if (!r) {
-			/* The segment opens only with a copy and its event
-			 * queued behind seg_start: a segment whose seg_last is
-			 * an older copy would be closed at once, timing an
-			 * event recorded after its end (and maybe not done). */
-			if (opening)
-				g->seg_open = 1;
-			if (g->seg_open)
-				g->seg_last = seq;
-			*fence = seq << 1 | (uint64_t)(dir == KVT_D2H);
-		} else if (!CU(d->self, cudaStreamSynchronize(g->st))) {
-			/* The copy is queued but has no fence: the caller, told
-			 * it failed, will reuse its ends. Let it finish first. */
-			ring_done(d, g, seq);
-		}
-	}
+	/* A copy that must not wait, or that the open batch's copies could
+	 * race, goes behind them in a batch of its own. */
+	if (g->npend && (!pinned || depends(g, dst, src, bytes)) && (r = ring_flush(d, g)))
+		goto out;
+	g->pdst[g->npend] = dst;
+	g->psrc[g->npend] = src;
+	g->plen[g->npend] = bytes;
+	g->npend++;
+	b = g->next;
+	/* An idle stream gets the batch at once; a busy one lets it grow
+	 * until the stream is idle, it is full, or a fence is asked after. */
+	if ((g->npend == CUDA_BATCH || !g->seg_open || !pinned) && (r = ring_flush(d, g)))
+		goto out;
+	*fence = b << 1 | (uint64_t)(dir == KVT_D2H);
+out:
 	pthread_mutex_unlock(&g->lock);
 	return r;
+}
+
+/* Lock held: fence b's batch on the stream (0), or why it is not (-errno). */
+static int ring_sent(struct cuda_dev *d, struct cuda_ring *g, uint64_t b)
+{
+	return b == g->next ? ring_flush(d, g) : 0;
 }
 
 static int cu_fence_done(void *ctx, uint64_t fence)
 {
 	struct cuda_dev *d = ctx;
 	struct cuda_ring *g = &d->ring[fence & 1];
-	uint64_t seq = fence >> 1;
+	uint64_t b = fence >> 1;
 	cudaError_t e;
 	int r = 1;
 
 	if (!fence)
 		return 1;
 	pthread_mutex_lock(&g->lock);
-	if (seq > g->done) {
+	if (b == g->bad) {
+		r = g->bad_err;
+	} else if (b > g->done) {
 		/* The device current before the first CUDA call: on a thread
 		 * that never had one (an I/O completion polls here) the
 		 * runtime would set up a context on device 0 for it, memory
 		 * on a GPU that may not be ours. */
-		if ((r = kvt_cuda_enter(d)))
+		if ((r = kvt_cuda_enter(d)) || (r = ring_sent(d, g, b)))
 			goto out;
-		e = cudaEventQuery(g->ev[seq % CUDA_NEV]);
+		e = cudaEventQuery(g->ev[b % CUDA_NEV]);
 		if (e == cudaSuccess) {
-			ring_done(d, g, seq);
+			ring_done(d, g, b);
 			r = 1;
 		} else if (e == cudaErrorNotReady) {
 			r = 0;
@@ -286,24 +386,29 @@ static int cu_fence_wait(void *ctx, uint64_t fence)
 {
 	struct cuda_dev *d = ctx;
 	struct cuda_ring *g = &d->ring[fence & 1];
-	uint64_t seq = fence >> 1;
+	uint64_t b = fence >> 1;
 	int r;
 
 	if (!fence)
 		return 0;
-	pthread_mutex_lock(&g->lock);
-	r = seq <= g->done;
-	pthread_mutex_unlock(&g->lock);
-	if (r)
-		return 0;
 	if ((r = kvt_cuda_enter(d)))
 		return r;
+	pthread_mutex_lock(&g->lock);
+	if (b == g->bad)
+		r = g->bad_err;
+	else if (b <= g->done)
+		r = 1;
+	else
+		r = ring_sent(d, g, b);
+	pthread_mutex_unlock(&g->lock);
+	if (r)
+		return r < 0 ? r : 0;
 	/* The event handle never changes; if it is recorded again meanwhile
-	 * this waits for that later copy, which is later in the same stream. */
-	if ((r = CU(d->self, cudaEventSynchronize(g->ev[seq % CUDA_NEV]))))
+	 * this waits for that later batch, which is later in the same stream. */
+	if ((r = CU(d->self, cudaEventSynchronize(g->ev[b % CUDA_NEV]))))
 		return r;
 	pthread_mutex_lock(&g->lock);
-	ring_done(d, g, seq);
+	ring_done(d, g, b);
 	pthread_mutex_unlock(&g->lock);
 	return 0;
 }
@@ -351,6 +456,11 @@ static void cu_close(void *ctx)
 	struct cuda_dev *d = ctx;
 
 	if (!kvt_cuda_enter(d)) {
+		for (int i = 0; i < 2; i++) {
+			pthread_mutex_lock(&d->ring[i].lock);
+			ring_flush(d, &d->ring[i]);
+			pthread_mutex_unlock(&d->ring[i].lock);
+		}
 		cudaDeviceSynchronize();
 		while (d->nregs)
 			cu_unregister_host(d, d->regs[0].base);
