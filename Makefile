@@ -96,8 +96,13 @@ endif
 # all: the library (static and shared), the tools, their man pages, and the CUDA plug-in where nvcc is
 all: lib tools man $(PLUGINS_GPU)
 
-# cuda: the CUDA plug-in alone (needs nvcc)
-cuda: $(CUDA_PLUGIN)
+# cuda: the CUDA plug-in alone (needs nvcc), and copy-probe, which
+# measures ways of moving pages to and from a GPU (docs/benchmarks.md)
+cuda: $(CUDA_PLUGIN) $(BUILD)/copy-probe
+
+$(BUILD)/copy-probe: tools/copy-probe.cu Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -o $@ $<
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/kernels.h Makefile
 	@mkdir -p $(dir $@)
