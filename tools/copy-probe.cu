@@ -4,8 +4,9 @@
 // memory and a GPU, against one copy of the whole buffer, in one run.
 // It measured what a batched copy path would gain over the pager's copy
 // path as it was (a cudaMemcpyAsync and an event a page, one stream a
-// direction), before cuda_device.c gathered copies into batches; docs/benchmarks.md, "Small
-// copies on the GPU", has its figures. `make cuda` builds it:
+// direction), before cuda_device.c gathered copies into batches;
+// docs/benchmarks.md, "Small copies on the GPU", has its figures. `make
+// cuda` builds it:
 //
 //   build/copy-probe [total MiB, 1024] [repeats, 5]
 //
