@@ -100,7 +100,7 @@ all: lib tools man $(PLUGINS_GPU)
 # measures ways of moving pages to and from a GPU (docs/benchmarks.md)
 cuda: $(CUDA_PLUGIN) $(BUILD)/copy-probe
 
-$(BUILD)/copy-probe: tools/copy-probe.cu Makefile
+$(BUILD)/copy-probe: kernels/cuda/copy-probe.cu Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(NVCC_WERROR) -o $@ $<
 
