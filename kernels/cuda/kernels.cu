@@ -457,9 +457,9 @@ __device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigne
  * over a row; or two, each half of the warp over the row of its own token
  * (packed rows only, head_dim 16 DPL). A token's score is the dot product
  * reduced over its lanes (five shuffles a token and vector with SUB 1,
- * four for two tokens with SUB 2: the shuffles, not the loads, bound the
- * kernel at SUB 1), so it and every branch on it are the same in all of
- * them. With SUB 2 each half keeps its own state, and the two meet once,
+ * four for two tokens with SUB 2, which read 1.3 to 1.4 times as fast
+ * from 64K tokens on an H200: docs/benchmarks.md), so it and every
+ * branch on it are the same in all of them. With SUB 2 each half keeps its own state, and the two meet once,
  * at the end, through shuffles. Then the warps' states are folded through
  * shared memory, the block's threads spread over (vector, dim).
  */
