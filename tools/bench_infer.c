@@ -1155,6 +1155,20 @@ static unsigned layer_shapes(const struct kvt_layer *L, struct shape *sh)
 	return n;
 }
 
+/* OpenBLAS's threads spin, calling sched_yield, for 2^28 cycles after a
+ * threaded call (its THREAD_TIMEOUT) before they sleep: on two cores that
+ * took 7 to 13 per cent off the prefill timed after the reference
+ * (docs/benchmarks.md). Its shutdown ends them; its next threaded call
+ * starts them again. Weak: a BLAS without it leaves them be. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+static void blas_rest(int prev)
+{
+	openblas_set_num_threads(prev);
+	if (blas_thread_shutdown_)
+		blas_thread_shutdown_();
+}
+
 /* sgemm y (rows, n_out) = x (rows, n_in) * W^T, as kvt_matmul lays it out. */
 static void gemm(const struct shape *s, unsigned rows, const float *x, const float *w, float *y)
 {
@@ -1275,7 +1289,7 @@ int bench_prefill(int argc, char **argv)
 	openblas_set_num_threads((int)nthreads);
 	for (unsigned i = 0; i < nsh; i++)
 		gemm(&sh[i], rows, gx, gw, gy);
-	openblas_set_num_threads(blas_prev);
+	blas_rest(blas_prev);
 
 	double t_shape[7][MAX_SAMPLES], t_gemm[MAX_SAMPLES], t_pre[MAX_SAMPLES];
 
@@ -1296,7 +1310,7 @@ int bench_prefill(int argc, char **argv)
 			t_shape[i][k] = bench_median(tc, GEMM_CALLS);
 			t_gemm[k] += t_shape[i][k] * sh[i].count;
 		}
-		openblas_set_num_threads(blas_prev);
+		blas_rest(blas_prev);
 
 		int32_t *tok = malloc((size_t)ntok * sizeof(int32_t));
 		uint64_t x = 0x9e3779b97f4a7c15ull + k;
