@@ -459,8 +459,8 @@ __device__ __forceinline__ void load_row(float (&f)[DPL], const KV *row, unsigne
  * reduced over its lanes (five shuffles a token and vector with SUB 1,
  * four for two tokens with SUB 2, which read 1.3 to 1.4 times as fast
  * from 64K tokens on an H200: docs/benchmarks.md), so it and every
- * branch on it are the same in all of them. With SUB 2 each half keeps its own state, and the two meet once,
- * at the end, through shuffles. Then the warps' states are folded through
+ * branch on it are the same in all of them. With SUB 2 each half keeps
+ * its own state, and the two meet once, at the end, through shuffles. Then the warps' states are folded through
  * shared memory, the block's threads spread over (vector, dim).
  */
 template <int DPL, int QM, typename KV, int SUB>
